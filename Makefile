@@ -1,0 +1,39 @@
+# The commands the README names. Everything lives under this folder: .venv, .nightly, .dagster_home.
+PY ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
+NIGHT ?= 2026-11-03
+
+.PHONY: setup check test test-fast demo ui bench clean
+
+setup: ## create the virtualenv and install the project with its dev tools
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e ".[dev]"
+	mkdir -p $(DAGSTER_HOME) && cp -n dagster.yaml $(DAGSTER_HOME)/dagster.yaml || true
+
+check: ## lint, format, types, and the definitions as dg sees them
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy nightly_assets benchmarks
+	$(BIN)/dg check defs
+
+test: ## the whole suite (starts the peers it needs)
+	$(BIN)/python -m pytest -q
+
+test-fast: ## everything but the full demo nights
+	$(BIN)/python -m pytest -q -m "not slow"
+
+demo: ## materialize one real demo night on this machine
+	$(BIN)/nightly run demo --night $(NIGHT)
+	$(BIN)/nightly status --pipeline demo
+
+ui: ## the Dagster UI and daemon on http://127.0.0.1:3000
+	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
+
+bench: ## definitions load time and orchestration overhead, as ratios
+	$(BIN)/python -m benchmarks
+
+clean:
+	rm -rf .nightly .dagster_home/storage .dagster_home/history .dagster_home/schedules

@@ -1,0 +1,94 @@
+"""Benchmark stages: tonight's timings, and the baseline from earlier nights they are judged by."""
+
+
+import statistics
+from collections.abc import Iterator
+from pathlib import Path
+
+import dagster as dg
+
+from nightly_assets.artefacts.resources import ArtefactStoreResource
+from nightly_assets.benchmarks import checks
+from nightly_assets.benchmarks.timing import read_timing_file
+from nightly_assets.process import run_command
+from nightly_assets.remote.pending import StageNotAvailable, require_local_runner
+from nightly_assets.stages import StageSpec, recorded_stage
+from nightly_assets.warehouse.resources import WarehouseResource
+
+BENCHMARK_TIMEOUT_S = 3600
+
+
+def build_benchmarks_asset(spec: StageSpec) -> dg.AssetsDefinition:
+    env_stage = spec.upstream_stage("environment", "docker_image")
+    params = spec.stage.params
+
+    @dg.asset(**spec.asset_args())
+    def _benchmarks(
+        context: dg.AssetExecutionContext, artefacts: ArtefactStoreResource, warehouse: WarehouseResource
+    ) -> dg.MaterializeResult:
+        """Tonight's benchmark values, read from the timing JSON the benchmark writes."""
+        with recorded_stage(context, spec, artefacts, warehouse) as run:
+            require_local_runner(spec, run)
+            output = run.workdir / "timing.json"
+            if "command" in params:
+                python = artefacts.read_manifest(run.key, str(env_stage))["python"]
+                argv = [python if a == "python" else str(a).replace("{output}", str(output))
+                        for a in params["command"]]
+                run_command(argv, cwd=run.workdir, timeout_s=BENCHMARK_TIMEOUT_S,
+                            log_path=run.workdir / "benchmark.log")
+            else:
+                upstream = artefacts.read_manifest(run.key, params["from_stage"])
+                if "timing_file" not in upstream:
+                    raise StageNotAvailable(
+                        f"{spec.key.to_user_string()}: stage '{params['from_stage']}' wrote no timing file"
+                    )
+                output = Path(upstream["timing_file"])
+            results = read_timing_file(output)
+            warehouse.store().record_benchmarks(run.key, results)
+            run.manifest["benchmarks"] = {
+                r.name: {"value": r.value, "unit": r.unit, "lower_is_better": r.lower_is_better} for r in results
+            }
+            run.detail = ", ".join(f"{r.name}={r.value:.4g}{r.unit}" for r in results)
+        return dg.MaterializeResult(
+            metadata={f"benchmark/{r.name}": dg.MetadataValue.float(r.value) for r in results}
+        )
+
+    return _benchmarks
+
+
+def build_perf_baseline_asset(spec: StageSpec) -> dg.AssetsDefinition:
+    bench_stage = spec.upstream_stage("benchmarks")
+    thresholds = spec.pipeline.thresholds
+
+    @dg.asset(**spec.asset_args(check_specs=checks.baseline_check_specs(spec.key, thresholds.benchmark_slowdown)))
+    def _perf_baseline(
+        context: dg.AssetExecutionContext, artefacts: ArtefactStoreResource, warehouse: WarehouseResource
+    ) -> Iterator[dg.MaterializeResult]:
+        """Each benchmark's median over the earlier nights, with tonight's ratio to it."""
+        with recorded_stage(context, spec, artefacts, warehouse) as run:
+            tonight = artefacts.read_manifest(run.key, str(bench_stage))["benchmarks"]
+            store = warehouse.store()
+            comparison = {}
+            for name, row in tonight.items():
+                history = store.benchmark_history(
+                    run.key.pipeline, run.key.target, name, before=run.key.night, limit=thresholds.baseline_nights
+                )
+                baseline = statistics.median(v for _, v in history) if history else None
+                comparison[name] = {
+                    **row, "baseline": baseline, "nights": len(history),
+                    "ratio": round(row["value"] / baseline, 4) if baseline else None,
+                }
+            run.manifest["comparison"] = comparison
+            run.detail = ", ".join(
+                f"{n} {c['ratio']:.2f}x" if c["ratio"] else f"{n} (first night)" for n, c in comparison.items()
+            )
+        table = "| benchmark | tonight | baseline | nights | ratio |\n|---|---|---|---|---|\n" + "\n".join(
+            f"| {n} | {c['value']:.4g} | {c['baseline'] if c['baseline'] is None else format(c['baseline'], '.4g')} "
+            f"| {c['nights']} | {c['ratio'] if c['ratio'] is not None else 'n/a'} |" for n, c in comparison.items()
+        )
+        yield dg.MaterializeResult(
+            metadata={"comparison": dg.MetadataValue.md(table)},
+            check_results=[checks.within_baseline(spec.key, comparison, thresholds.benchmark_slowdown)],
+        )
+
+    return _perf_baseline

@@ -1,0 +1,88 @@
+"""Build stages: wheels (and sdists) from the pinned sources, and a fresh environment with them."""
+
+
+import hashlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import dagster as dg
+
+from nightly_assets.artefacts.resources import ArtefactStoreResource
+from nightly_assets.builds import checks
+from nightly_assets.builds.resources import PythonBuildResource
+from nightly_assets.remote.pending import StageNotAvailable, require_local_runner
+from nightly_assets.stages import StageSpec, recorded_stage
+from nightly_assets.warehouse.resources import WarehouseResource
+
+
+def build_wheels_asset(spec: StageSpec) -> dg.AssetsDefinition:
+    sources_stage = spec.pipeline.stages_of("sources")[0].name
+    params = spec.stage.params
+    repo = params.get("repo", spec.pipeline.repositories[0].name)
+
+    @dg.asset(**spec.asset_args(check_specs=checks.wheel_check_specs(spec.key)))
+    def _wheels(
+        context: dg.AssetExecutionContext,
+        builder: PythonBuildResource,
+        artefacts: ArtefactStoreResource,
+        warehouse: WarehouseResource,
+    ) -> Iterator[dg.MaterializeResult]:
+        """Wheels (and sdists) built from the night's pinned checkout."""
+        with recorded_stage(context, spec, artefacts, warehouse) as run:
+            require_local_runner(spec, run)
+            if params.get("builder", "pip") != "pip":
+                raise StageNotAvailable(
+                    f"{spec.key.to_user_string()}: builder '{params['builder']}' needs the Bazel/RBE "
+                    "or manylinux builders (issues #3, #4)"
+                )
+            src = Path(artefacts.read_manifest(run.key, sources_stage)["repos"][repo]["path"])
+            out = run.workdir / "dist"
+            wheels = builder.build_wheels(src, out, run.workdir / "build.log")
+            sdists = builder.build_sdist(src, out, run.workdir / "sdist.log") if params.get("sdist") else []
+            files = [*wheels, *sdists]
+            run.manifest["wheels"] = [str(w) for w in wheels]
+            run.manifest["sdists"] = [str(s) for s in sdists]
+            run.artefact = str(out)
+            run.detail = ", ".join(f.name for f in files)
+            context.log.info(f"built {run.detail}")
+        yield dg.MaterializeResult(
+            metadata={
+                "files": dg.MetadataValue.md("\n".join(
+                    f"- `{f.name}` {f.stat().st_size} B sha256 `{_sha256(f)[:16]}`" for f in files)),
+                "wheel_count": len(wheels),
+                "artefacts": dg.MetadataValue.path(str(out)),
+            },
+            check_results=[checks.wheel_metadata_valid(spec.key, wheels)],
+        )
+
+    return _wheels
+
+
+def build_environment_asset(spec: StageSpec) -> dg.AssetsDefinition:
+    wheels_stage = spec.upstream_stage("wheels")
+
+    @dg.asset(**spec.asset_args())
+    def _environment(
+        context: dg.AssetExecutionContext,
+        builder: PythonBuildResource,
+        artefacts: ArtefactStoreResource,
+        warehouse: WarehouseResource,
+    ) -> dg.MaterializeResult:
+        """A fresh virtual environment with only the night's wheels installed."""
+        with recorded_stage(context, spec, artefacts, warehouse) as run:
+            require_local_runner(spec, run)
+            wheels = [Path(w) for w in artefacts.read_manifest(run.key, str(wheels_stage))["wheels"]]
+            python = builder.create_environment(run.workdir / "venv", wheels, run.workdir / "install.log")
+            run.manifest["python"] = str(python)
+            run.manifest["installed"] = [w.name for w in wheels]
+            run.detail = f"{len(wheels)} wheel(s) installed"
+            context.log.info(f"environment ready: {python}")
+        return dg.MaterializeResult(
+            metadata={"python": str(python), "installed": ", ".join(w.name for w in wheels)}
+        )
+
+    return _environment
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()

@@ -1,0 +1,229 @@
+"""Typed catalog: what a pipeline YAML document may say, and the cross-references it must keep."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+
+Identifier = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]*$", max_length=48)]
+TargetName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9._-]*$", max_length=48)]
+Arch = Literal["amd64", "arm64"]
+Cron = Annotated[str, StringConstraints(pattern=r"^\S+ \S+ \S+ \S+ \S+$")]
+
+# Every stage kind the orchestrator knows. Adding a stage to a pipeline is a YAML edit;
+# adding a kind is code (a builder in one of the domain folders).
+StageKind = Literal[
+    "sources",
+    "lint",
+    "wheels",
+    "environment",
+    "image_pull",
+    "docker_image",
+    "test_suite",
+    "benchmarks",
+    "benchmark_sweep",
+    "perf_baseline",
+    "batch_job",
+    "deploy",
+    "analysis_report",
+    "publish_wheels",
+    "promote_images",
+    "night_summary",
+]
+RunnerKind = Literal["local", "docker", "rbe", "tpu_vm", "batch"]
+RunnerRef = str | dict[Arch, str]  # one runner, or one per target architecture
+
+
+class StrictModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Runner(StrictModel):
+    """A place tests and builds run: a runner label of the seeds mapped to a kind and a pool."""
+
+    kind: RunnerKind
+    arch: Arch = "amd64"
+    gpus: int | Literal["auto"] = 0
+    pool: str | None = None
+    description: str = ""
+
+
+class Repository(StrictModel):
+    name: Identifier
+    url: str = Field(min_length=1)
+    branch: str = "main"
+    ref: str | None = None  # a fixed tag or commit instead of the night's pin
+    patches: list[str] = Field(default_factory=list)  # paths relative to the catalog folder
+
+
+class Target(StrictModel):
+    """One value of the `target` partition dimension: a cell of the pipeline's matrix."""
+
+    name: TargetName
+    arch: Arch = "amd64"
+    params: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    build_args: dict[str, str] = Field(default_factory=dict)
+    repo_refs: dict[str, str] = Field(default_factory=dict)  # repo name -> fixed ref
+    devices: int = Field(default=0, ge=0)  # accelerators the target's tests expect
+
+
+class BazelTests(StrictModel):
+    targets: list[str] = Field(min_length=1)
+    tag_filters: str = ""
+    flaky_test_attempts: int = Field(default=1, ge=1)
+
+
+class Suite(StrictModel):
+    """A test suite: pytest markers (or Bazel targets), a timeout and the runner it needs."""
+
+    markers: str | None = None
+    paths: list[str] = Field(default_factory=lambda: ["tests"])
+    bazel: BazelTests | None = None
+    timeout_minutes: int = Field(gt=0)
+    runner: RunnerRef
+    collect_only_on: list[Arch] = Field(default_factory=list)
+    min_gpus: int = Field(default=0, ge=0)
+
+    @model_validator(mode="after")
+    def _one_selector(self) -> Suite:
+        if (self.markers is None) == (self.bazel is None):
+            raise ValueError("a suite selects its tests with exactly one of 'markers' or 'bazel'")
+        return self
+
+
+class Stage(StrictModel):
+    name: Identifier
+    kind: StageKind
+    description: str = Field(min_length=1, max_length=200)
+    deps: list[Identifier] = Field(default_factory=list)
+    runner: RunnerRef | None = None
+    suite: Suite | None = None
+    params: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _suite_matches_kind(self) -> Stage:
+        if self.kind == "test_suite" and self.suite is None:
+            raise ValueError("a 'test_suite' stage needs a 'suite' block")
+        if self.kind != "test_suite" and self.suite is not None:
+            raise ValueError(f"only 'test_suite' stages take a 'suite' block, not '{self.kind}'")
+        return self
+
+    @property
+    def runner_ref(self) -> RunnerRef | None:
+        return self.suite.runner if self.suite else self.runner
+
+    def runner_names(self) -> list[str]:
+        ref = self.runner_ref
+        if ref is None:
+            return []
+        return [ref] if isinstance(ref, str) else list(ref.values())
+
+    def runner_for(self, arch: Arch) -> str | None:
+        """The runner this stage uses for a target of `arch` (None: the orchestrator itself)."""
+        ref = self.runner_ref
+        if ref is None or isinstance(ref, str):
+            return ref
+        if arch not in ref:
+            raise KeyError(f"stage '{self.name}' names no runner for arch '{arch}'")
+        return ref[arch]
+
+
+class Thresholds(StrictModel):
+    test_count_drop_pct: float = Field(default=1.0, ge=0)
+    benchmark_slowdown: float = Field(default=1.2, gt=1.0)
+    baseline_nights: int = Field(default=7, ge=1)
+    flaky_share_max: float = Field(default=0.05, ge=0, le=1)
+    in_scope_share_min: float | None = Field(default=None, ge=0, le=1)
+    cost_budget_usd: float | None = Field(default=None, gt=0)
+
+
+class Pipeline(StrictModel):
+    name: Identifier
+    title: str = Field(min_length=1)
+    seed: str
+    description: str = Field(min_length=1)
+    cron: Cron
+    start_date: dt.date
+    retention_days: int = Field(default=7, ge=1)
+    notify_channel: str = "#nightly"
+    repositories: list[Repository] = Field(min_length=1)
+    targets: list[Target] = Field(min_length=1)
+    stages: list[Stage] = Field(min_length=1)
+    thresholds: Thresholds = Field(default_factory=Thresholds)
+
+    @model_validator(mode="after")
+    def _references(self) -> Pipeline:
+        _unique("targets", [t.name for t in self.targets])
+        _unique("stages", [s.name for s in self.stages])
+        _unique("repositories", [r.name for r in self.repositories])
+        names = {s.name for s in self.stages}
+        repos = {r.name for r in self.repositories}
+        for stage in self.stages:
+            for dep in stage.deps:
+                if dep not in names:
+                    raise ValueError(f"stage '{stage.name}' depends on unknown stage '{dep}'")
+        for target in self.targets:
+            for repo in target.repo_refs:
+                if repo not in repos:
+                    raise ValueError(f"target '{target.name}' pins unknown repository '{repo}'")
+        for kind in ("sources", "night_summary"):
+            if sum(s.kind == kind for s in self.stages) != 1:
+                raise ValueError(f"a pipeline has exactly one '{kind}' stage")
+        _check_acyclic(self.stages)
+        return self
+
+    def stage(self, name: str) -> Stage:
+        return next(s for s in self.stages if s.name == name)
+
+    def target(self, name: str) -> Target:
+        return next(t for t in self.targets if t.name == name)
+
+    def stages_of(self, kind: str) -> list[Stage]:
+        return [s for s in self.stages if s.kind == kind]
+
+
+class Catalog(StrictModel):
+    runners: dict[str, Runner]
+    pipelines: dict[str, Pipeline]
+
+    @model_validator(mode="after")
+    def _runners_exist(self) -> Catalog:
+        for pipeline in self.pipelines.values():
+            arches = {t.arch for t in pipeline.targets}
+            for stage in pipeline.stages:
+                for runner in stage.runner_names():
+                    if runner not in self.runners:
+                        known = ", ".join(sorted(self.runners))
+                        raise ValueError(
+                            f"pipeline '{pipeline.name}' stage '{stage.name}' uses unknown runner "
+                            f"'{runner}' (runners.yaml defines: {known})"
+                        )
+                ref = stage.runner_ref
+                if isinstance(ref, dict) and not arches <= set(ref):
+                    missing = ", ".join(sorted(arches - set(ref)))
+                    raise ValueError(
+                        f"pipeline '{pipeline.name}' stage '{stage.name}' names no runner for "
+                        f"target arch {missing}"
+                    )
+        return self
+
+
+def _unique(what: str, names: list[str]) -> None:
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise ValueError(f"{what}: '{name}' appears twice")
+        seen.add(name)
+
+
+def _check_acyclic(stages: list[Stage]) -> None:
+    deps = {s.name: set(s.deps) for s in stages}
+    done: set[str] = set()
+    while len(done) < len(deps):
+        ready = [n for n, d in deps.items() if n not in done and d <= done]
+        if not ready:
+            cycle = sorted(set(deps) - done)
+            raise ValueError(f"stage dependencies form a cycle among: {', '.join(cycle)}")
+        done.update(ready)

@@ -1,0 +1,92 @@
+"""Catalog -> Dagster: each pipeline's stage assets, its nightly and summary jobs, and its schedule."""
+
+
+import datetime as dt
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import dagster as dg
+from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
+
+from nightly_assets.benchmarks.assets import build_benchmarks_asset, build_perf_baseline_asset
+from nightly_assets.builds.assets import build_environment_asset, build_wheels_asset
+from nightly_assets.catalog.models import Catalog, Pipeline
+from nightly_assets.partitions import partition_key, pipeline_partitions
+from nightly_assets.release.assets import build_publish_wheels_asset
+from nightly_assets.remote.pending import PENDING_KINDS, build_pending_asset
+from nightly_assets.reporting.alerts import PIPELINE_TAG
+from nightly_assets.reporting.assets import build_night_summary_asset
+from nightly_assets.reporting.sensors import summary_job_name
+from nightly_assets.sources.assets import build_sources_asset
+from nightly_assets.stages import StageSpec
+from nightly_assets.testing.assets import build_test_suite_asset
+from nightly_assets.testing.lint import build_lint_asset
+
+AssetBuilder = Callable[[StageSpec], dg.AssetsDefinition]
+
+BUILDERS: dict[str, AssetBuilder] = {
+    "sources": build_sources_asset,
+    "lint": build_lint_asset,
+    "wheels": build_wheels_asset,
+    "environment": build_environment_asset,
+    "test_suite": build_test_suite_asset,
+    "benchmarks": build_benchmarks_asset,
+    "perf_baseline": build_perf_baseline_asset,
+    "night_summary": build_night_summary_asset,
+    "publish_wheels": build_publish_wheels_asset,
+    **dict.fromkeys(PENDING_KINDS, build_pending_asset),
+}
+
+
+@dataclass(frozen=True)
+class PipelineDefs:
+    assets: list[dg.AssetsDefinition]
+    nightly_job: UnresolvedAssetJobDefinition
+    summary_job: UnresolvedAssetJobDefinition
+    schedule: dg.ScheduleDefinition
+
+
+def nightly_job_name(pipeline: str) -> str:
+    return f"{pipeline}_nightly"
+
+
+def build_pipeline(catalog: Catalog, catalog_dir: Path, pipeline: Pipeline, schedule_running: bool) -> PipelineDefs:
+    partitions_def = pipeline_partitions(pipeline)
+    assets = []
+    for stage in pipeline.stages:
+        builder = BUILDERS.get(stage.kind)
+        if builder is None:
+            raise ValueError(f"pipeline '{pipeline.name}': no asset builder for stage kind '{stage.kind}'")
+        assets.append(builder(StageSpec(catalog, catalog_dir, pipeline, stage, partitions_def)))
+    tags = {PIPELINE_TAG: pipeline.name}
+    nightly_job = dg.define_asset_job(
+        nightly_job_name(pipeline.name), selection=dg.AssetSelection.groups(pipeline.name),
+        partitions_def=partitions_def, tags=tags,
+        description=f"One night of {pipeline.title} for one target.",
+    )
+    summary_key = dg.AssetKey([pipeline.name, pipeline.stages_of("night_summary")[0].name])
+    summary_job = dg.define_asset_job(
+        summary_job_name(pipeline.name), selection=dg.AssetSelection.assets(summary_key),
+        partitions_def=partitions_def, tags=tags,
+        description="Writes a night's summary table on its own, after a failed night run.",
+    )
+    return PipelineDefs(assets, nightly_job, summary_job, _night_schedule(pipeline, nightly_job, schedule_running))
+
+
+def _night_schedule(
+    pipeline: Pipeline, job: UnresolvedAssetJobDefinition, running: bool
+) -> dg.ScheduleDefinition:
+    @dg.schedule(
+        name=f"{pipeline.name}_schedule", cron_schedule=pipeline.cron, job=job, execution_timezone="UTC",
+        default_status=dg.DefaultScheduleStatus.RUNNING if running else dg.DefaultScheduleStatus.STOPPED,
+        description=f"Runs the night that just ended, one run per target ({pipeline.cron} UTC).",
+    )
+    def _schedule(context: dg.ScheduleEvaluationContext) -> list[dg.RunRequest]:
+        night = context.scheduled_execution_time.astimezone(dt.UTC).date() - dt.timedelta(days=1)
+        return [
+            dg.RunRequest(run_key=f"{night.isoformat()}|{t.name}", partition_key=partition_key(night, t.name))
+            for t in pipeline.targets
+        ]
+
+    return _schedule

@@ -1,0 +1,48 @@
+"""Release stages: publish the night's packages once every blocking check upstream passed."""
+
+
+from pathlib import Path
+
+import dagster as dg
+
+from nightly_assets.artefacts.resources import ArtefactStoreResource
+from nightly_assets.release.resources import LocalPackageIndexResource
+from nightly_assets.remote.pending import StageNotAvailable
+from nightly_assets.stages import StageSpec, recorded_stage
+from nightly_assets.warehouse.resources import WarehouseResource
+
+RELEASE_TAG = "nightly/release"
+
+
+def build_publish_wheels_asset(spec: StageSpec) -> dg.AssetsDefinition:
+    wheels_stage = spec.upstream_stage("wheels")
+    params = spec.stage.params
+
+    @dg.asset(**spec.asset_args())
+    def _publish(
+        context: dg.AssetExecutionContext,
+        artefacts: ArtefactStoreResource,
+        warehouse: WarehouseResource,
+        package_index: LocalPackageIndexResource,
+    ) -> dg.MaterializeResult:
+        """The night's wheels and sdists, published to the package index."""
+        with recorded_stage(context, spec, artefacts, warehouse) as run:
+            if params.get("only_on_release") and context.run.tags.get(RELEASE_TAG) != "true":
+                run.detail = "not a release run; nothing published"
+                return dg.MaterializeResult(metadata={"published": 0, "reason": run.detail})
+            if params.get("index", "local") != "local":
+                raise StageNotAvailable(
+                    f"{spec.key.to_user_string()}: uploading to the '{params['index']}' index needs the "
+                    "package index resource (twine against pypiserver), not in this deployment yet"
+                )
+            manifest = artefacts.read_manifest(run.key, str(wheels_stage))
+            files = [Path(f) for f in manifest["wheels"] + manifest.get("sdists", [])]
+            published = package_index.publish(spec.pipeline.name, files)
+            run.manifest["published"] = [str(p) for p in published]
+            run.artefact = str(published[0].parent) if published else None
+            run.detail = f"{len(published)} file(s) published"
+        return dg.MaterializeResult(
+            metadata={"published": len(published), "index": dg.MetadataValue.path(str(run.artefact))}
+        )
+
+    return _publish

@@ -1,0 +1,58 @@
+"""Stage kinds and runners whose real implementation lands with a later issue.
+
+Their assets exist so each pipeline's lineage is complete; materializing one fails at once
+with a message that says what is missing, instead of pretending to have done the work.
+"""
+
+
+import dagster as dg
+
+from nightly_assets.artefacts.resources import ArtefactStoreResource
+from nightly_assets.stages import StageRun, StageSpec, recorded_stage
+from nightly_assets.warehouse.resources import WarehouseResource
+
+# Where each kind of remote work is being built (see the issue tracker).
+PENDING_KINDS = {
+    "image_pull": "container images (issue #3)",
+    "docker_image": "container images (issue #3)",
+    "promote_images": "container registries (issue #3)",
+    "batch_job": "the batch scheduler resource (issue #4)",
+    "deploy": "the batch scheduler resource (issue #4)",
+    "benchmark_sweep": "the batch scheduler resource (issue #4)",
+    "analysis_report": "the batch scheduler resource (issue #4)",
+}
+PENDING_RUNNERS = {
+    "docker": "the Docker runner pool (issue #3)",
+    "rbe": "the Bazel RBE resource (issue #4)",
+    "tpu_vm": "the TPU VM resource (issue #4)",
+    "batch": "the batch scheduler resource (issue #4)",
+}
+
+
+class StageNotAvailable(RuntimeError):
+    """This stage cannot run in this deployment yet; the message says what it waits for."""
+
+
+def require_local_runner(spec: StageSpec, run: StageRun) -> None:
+    if run.runner is not None and run.runner.kind != "local":
+        raise StageNotAvailable(
+            f"{spec.key.to_user_string()} runs on '{run.runner_name}' ({run.runner.kind}); "
+            f"that needs {PENDING_RUNNERS[run.runner.kind]}, not available in this deployment"
+        )
+
+
+def build_pending_asset(spec: StageSpec) -> dg.AssetsDefinition:
+    waits_for = PENDING_KINDS[spec.stage.kind]
+
+    @dg.asset(**spec.asset_args())
+    def _pending(
+        context: dg.AssetExecutionContext, artefacts: ArtefactStoreResource, warehouse: WarehouseResource
+    ) -> None:
+        """A stage whose kind has no implementation in this deployment yet."""
+        with recorded_stage(context, spec, artefacts, warehouse):
+            raise StageNotAvailable(
+                f"{spec.key.to_user_string()} is a '{spec.stage.kind}' stage; it needs {waits_for}, "
+                "which this deployment does not provide yet"
+            )
+
+    return _pending

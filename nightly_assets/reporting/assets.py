@@ -1,0 +1,50 @@
+"""The night summary stage: the table of every stage, written as a file and as Markdown metadata."""
+
+
+import dagster as dg
+
+from nightly_assets.artefacts.resources import ArtefactStoreResource
+from nightly_assets.reporting.summary import night_status, summary_markdown, summary_rows
+from nightly_assets.stages import StageSpec, recorded_stage
+from nightly_assets.warehouse.resources import WarehouseResource
+
+
+def build_night_summary_asset(spec: StageSpec) -> dg.AssetsDefinition:
+    @dg.asset(**spec.asset_args())
+    def _night_summary(
+        context: dg.AssetExecutionContext, artefacts: ArtefactStoreResource, warehouse: WarehouseResource
+    ) -> dg.MaterializeResult:
+        """The night's results table: stage, status, runner, duration and artefacts."""
+        with recorded_stage(context, spec, artefacts, warehouse) as run:
+            store = warehouse.store()
+            rows = summary_rows(spec.pipeline, run.key, store, skip=spec.stage.name)
+            suites = store.suite_counts(run.key)
+            failed_tests = sum(c["failed"] + c["error"] for c in suites.values())
+            status = night_status([r for r in rows if r.stage in _upstream(spec)], failed_tests)
+            markdown = summary_markdown(run.key, rows, suites)
+            path = run.workdir / "summary.md"
+            path.write_text(markdown)
+            pins = next((n.pins for n in store.nights(spec.pipeline.name)
+                         if n.night == run.key.night and n.target == run.key.target), {})
+            store.record_night(run.key, run_id=context.run_id, status=status, pins=pins)
+            run.manifest.update(status=status, summary=str(path), failed_tests=failed_tests)
+            run.artefact = str(path)
+            run.detail = status
+        return dg.MaterializeResult(
+            metadata={"summary": dg.MetadataValue.md(markdown), "status": status,
+                      "failed_tests": failed_tests, "file": dg.MetadataValue.path(str(path))}
+        )
+
+    return _night_summary
+
+
+def _upstream(spec: StageSpec) -> set[str]:
+    """The stages the summary reports on: everything upstream of it (release comes after)."""
+    seen: set[str] = set()
+    todo = list(spec.stage.deps)
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            todo.extend(spec.pipeline.stage(name).deps)
+    return seen

@@ -1,0 +1,56 @@
+"""Notifiers: where alerts go. A local file in the embedded default, Slack in production."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import dagster as dg
+from dagster_slack import SlackResource
+
+
+@dataclass(frozen=True)
+class Alert:
+    """One thing a release engineer should hear about: a failed run, a failed check."""
+
+    pipeline: str
+    partition: str
+    severity: str  # "error" or "warn"
+    title: str
+    run_id: str
+    channel: str
+    lines: list[str] = field(default_factory=list)
+
+    def text(self) -> str:
+        icon = ":rotating_light:" if self.severity == "error" else ":warning:"
+        body = "\n".join(f"• {line}" for line in self.lines)
+        return f"{icon} *{self.title}* ({self.pipeline} {self.partition}, run {self.run_id[:8]})\n{body}"
+
+
+class NotifierResource(dg.ConfigurableResource):
+    """Base of the notifiers; `notify` delivers one alert."""
+
+    def notify(self, alert: Alert) -> None:
+        raise NotImplementedError
+
+
+class FileNotifierResource(NotifierResource):
+    """Appends each alert as one JSON line to `path` (the embedded default's inbox)."""
+
+    path: str
+
+    def notify(self, alert: Alert) -> None:
+        target = Path(self.path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with target.open("a", encoding="utf-8") as inbox:
+            inbox.write(json.dumps({**asdict(alert), "text": alert.text()}) + "\n")
+
+
+class SlackNotifierResource(NotifierResource):
+    """Posts each alert to its pipeline's channel through dagster-slack."""
+
+    slack: dg.ResourceDependency[SlackResource]
+
+    def notify(self, alert: Alert) -> None:
+        self.slack.get_client().chat_postMessage(channel=alert.channel, text=alert.text())

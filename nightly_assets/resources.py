@@ -1,0 +1,41 @@
+"""The two resource sets: `local` does the real work on this machine, `prod` talks to the services."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+from dagster_slack import SlackResource
+
+from nightly_assets.artefacts.resources import ArtefactStoreResource
+from nightly_assets.builds.resources import PythonBuildResource
+from nightly_assets.release.resources import LocalPackageIndexResource
+from nightly_assets.reporting.resources import FileNotifierResource, SlackNotifierResource
+from nightly_assets.settings import Env
+from nightly_assets.sources.resources import GitSourcesResource
+from nightly_assets.testing.resources import LocalTestRunnerResource
+from nightly_assets.warehouse.resources import WarehouseResource
+
+WAREHOUSE_URL_VAR = "NIGHTLY_WAREHOUSE_URL"
+
+
+def resources_for(env: Env, home: Path) -> dict[str, Any]:
+    # The URL may carry a password: hand Dagster the variable's name, never its value.
+    warehouse_url: Any = (
+        dg.EnvVar(WAREHOUSE_URL_VAR) if os.environ.get(WAREHOUSE_URL_VAR) or env == "prod"
+        else f"sqlite:///{home / 'warehouse.sqlite'}"
+    )
+    resources: dict[str, Any] = {
+        "git": GitSourcesResource(cache_dir=str(home / "git")),
+        "artefacts": ArtefactStoreResource(root=str(home / "artefacts")),
+        "warehouse": WarehouseResource(url=warehouse_url),
+        "builder": PythonBuildResource(toolchain_dir=str(home / "toolchain")),
+        "test_runner": LocalTestRunnerResource(),
+        "package_index": LocalPackageIndexResource(root=str(home / "index")),
+        "notifier": FileNotifierResource(path=str(home / "alerts.jsonl")),
+    }
+    if env == "prod":
+        resources["notifier"] = SlackNotifierResource(slack=SlackResource(token=dg.EnvVar("SLACK_BOT_TOKEN")))
+    return resources

@@ -1,0 +1,86 @@
+"""Plain result types shared by the stages, the checks and the warehouse."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Literal
+
+Outcome = Literal["passed", "failed", "error", "skipped", "collected"]
+OUTCOMES: tuple[Outcome, ...] = ("passed", "failed", "error", "skipped", "collected")
+
+
+@dataclass(frozen=True)
+class NightKey:
+    """One partition of one pipeline: the unit a run, a summary and a warehouse row belong to."""
+
+    pipeline: str
+    night: dt.date
+    target: str
+
+    def __str__(self) -> str:
+        return f"{self.pipeline}/{self.night.isoformat()}/{self.target}"
+
+
+@dataclass(frozen=True)
+class TestCase:
+    """One test case as a JUnit report (pytest or Bazel) records it."""
+
+    __test__ = False  # not a pytest test class
+
+    classname: str
+    name: str
+    outcome: Outcome
+    duration_s: float = 0.0
+    message: str | None = None
+    attempts: int = 1  # >1 when a flaky test was retried (Bazel --flaky_test_attempts)
+
+    @property
+    def node_id(self) -> str:
+        return f"{self.classname}::{self.name}" if self.classname else self.name
+
+
+@dataclass(frozen=True)
+class TestReport:
+    """The parsed result of one test suite of one night."""
+
+    __test__ = False
+
+    suite: str
+    cases: tuple[TestCase, ...]
+    runner: str = "local"
+    duration_s: float = 0.0
+    collect_only: bool = False
+    source_files: tuple[str, ...] = field(default_factory=tuple)
+
+    def count(self, outcome: Outcome) -> int:
+        return sum(1 for c in self.cases if c.outcome == outcome)
+
+    @property
+    def total(self) -> int:
+        return len(self.cases)
+
+    @property
+    def failures(self) -> tuple[TestCase, ...]:
+        return tuple(c for c in self.cases if c.outcome in ("failed", "error"))
+
+    @property
+    def flaky(self) -> tuple[TestCase, ...]:
+        return tuple(c for c in self.cases if c.attempts > 1 and c.outcome == "passed")
+
+    @property
+    def passed_all(self) -> bool:
+        return not self.failures
+
+    def counts(self) -> dict[str, int]:
+        return {"total": self.total, **{o: self.count(o) for o in OUTCOMES}}
+
+
+@dataclass(frozen=True)
+class BenchmarkResult:
+    """One measured value of one benchmark of one night."""
+
+    name: str
+    value: float
+    unit: str = "s"
+    lower_is_better: bool = True

@@ -1,0 +1,111 @@
+"""Git sources: mirror a repository, pin a night to its commit, check it out, apply patches."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import dagster as dg
+
+from nightly_assets.demo.sample_repo import ensure_sample_repo
+from nightly_assets.process import CommandError, run_command
+
+SAMPLE_SCHEME = "sample:"
+_SAFE_REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")
+
+
+class SourceError(RuntimeError):
+    """A repository that cannot be fetched, pinned, checked out or patched; names which and why."""
+
+
+@dataclass(frozen=True)
+class Pin:
+    repo: str
+    sha: str
+    committed_at: str
+    subject: str
+
+
+class GitSourcesResource(dg.ConfigurableResource):
+    """Local git mirrors under `cache_dir`; `sample:` URLs are the demo project shipped in the repo."""
+
+    cache_dir: str
+    fetch_timeout_s: int = 900
+
+    def resolve_url(self, url: str) -> str:
+        if url.startswith(SAMPLE_SCHEME):
+            repo = Path(self.cache_dir) / "sample" / url.removeprefix(SAMPLE_SCHEME)
+            ensure_sample_repo(repo)
+            return str(repo)
+        return url
+
+    def mirror(self, name: str, url: str) -> Path:
+        """A bare mirror of `url`, fetched now (so the pin sees the remote's current history)."""
+        mirror = Path(self.cache_dir) / "mirrors" / f"{name}.git"
+        remote = self.resolve_url(url)
+        try:
+            if not (mirror / "HEAD").exists():
+                mirror.parent.mkdir(parents=True, exist_ok=True)
+                _git(["clone", "--mirror", "--quiet", "--", remote, str(mirror)], self.fetch_timeout_s)
+            else:
+                _git(["-C", str(mirror), "remote", "set-url", "origin", "--", remote], 60)
+                _git(["-C", str(mirror), "fetch", "--prune", "--quiet", "origin"], self.fetch_timeout_s)
+        except CommandError as exc:
+            raise SourceError(f"repository '{name}' ({url}): fetch failed: {exc}") from None
+        return mirror
+
+    def pin(self, name: str, url: str, branch: str, before: dt.datetime, ref: str | None = None) -> Pin:
+        """The commit `branch` pointed at when `before` came (first parent: merges count when merged)."""
+        mirror = self.mirror(name, url)
+        if ref is not None:
+            rev = _checked_ref(name, ref)
+            args = ["rev-list", "-1", f"{rev}^{{commit}}", "--"]
+        else:
+            rev = _checked_ref(name, branch)
+            args = ["rev-list", "-1", "--first-parent", f"--before={before.isoformat()}", f"refs/heads/{rev}", "--"]
+        try:
+            sha = _git(["-C", str(mirror), *args], 60).output.strip()
+        except CommandError as exc:
+            raise SourceError(f"repository '{name}': cannot resolve {ref or branch}: {exc}") from None
+        if not sha:
+            raise SourceError(
+                f"repository '{name}': branch '{branch}' has no commit before {before.isoformat()}"
+            )
+        return self.describe(name, url, sha)
+
+    def describe(self, name: str, url: str, sha: str) -> Pin:
+        mirror = self.mirror(name, url) if not self._has_mirror(name) else self._mirror_path(name)
+        line = _git(["-C", str(mirror), "show", "-s", "--format=%cI%x00%s", sha, "--"], 60).output
+        committed_at, _, subject = line.strip().partition("\x00")
+        return Pin(repo=name, sha=sha, committed_at=committed_at, subject=subject)
+
+    def checkout(self, name: str, sha: str, dest: Path) -> Path:
+        mirror = self._mirror_path(name)
+        _git(["clone", "--quiet", "--shared", "--no-checkout", "--", str(mirror), str(dest)], 300)
+        _git(["-C", str(dest), "checkout", "--quiet", "--detach", sha], 300)
+        return dest
+
+    def apply_patch(self, checkout: Path, patch: Path) -> None:
+        try:
+            _git(["-C", str(checkout), "apply", "--index", "--whitespace=nowarn", str(patch)], 120)
+        except CommandError as exc:
+            raise SourceError(f"patch {patch.name} does not apply to {checkout.name}: {exc}") from None
+
+    def _mirror_path(self, name: str) -> Path:
+        return Path(self.cache_dir) / "mirrors" / f"{name}.git"
+
+    def _has_mirror(self, name: str) -> bool:
+        return (self._mirror_path(name) / "HEAD").exists()
+
+
+def _checked_ref(repo: str, ref: str) -> str:
+    # Refs come from the catalog or from a PR; refuse anything git could read as an option.
+    if not _SAFE_REF.match(ref) or ".." in ref:
+        raise SourceError(f"repository '{repo}': ref {ref!r} is not a plain branch, tag or commit name")
+    return ref
+
+
+def _git(args: list[str], timeout_s: float):  # type: ignore[no-untyped-def]
+    return run_command(["git", *args], timeout_s=timeout_s, env={"GIT_TERMINAL_PROMPT": "0"})

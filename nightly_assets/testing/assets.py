@@ -1,0 +1,82 @@
+"""Test suite stages: run a suite by markers where the catalog says, parse JUnit, record, check."""
+
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import dagster as dg
+
+from nightly_assets.artefacts.resources import ArtefactStoreResource
+from nightly_assets.catalog.models import Suite
+from nightly_assets.remote.pending import require_local_runner
+from nightly_assets.results import TestReport
+from nightly_assets.stages import StageRun, StageSpec, recorded_stage
+from nightly_assets.testing import checks
+from nightly_assets.testing.junit import parse_collect_only, parse_junit, report_metadata
+from nightly_assets.testing.resources import LocalTestRunnerResource
+from nightly_assets.warehouse.resources import WarehouseResource
+
+
+def build_test_suite_asset(spec: StageSpec) -> dg.AssetsDefinition:
+    suite = spec.stage.suite
+    assert suite is not None  # the catalog guarantees it for test_suite stages
+    thresholds = spec.pipeline.thresholds
+    env_stage = spec.upstream_stage("environment", "docker_image")
+    sources_stage = spec.pipeline.stages_of("sources")[0].name
+
+    @dg.asset(**spec.asset_args(check_specs=checks.test_report_check_specs(spec.key, thresholds.test_count_drop_pct)))
+    def _test_report(
+        context: dg.AssetExecutionContext,
+        artefacts: ArtefactStoreResource,
+        warehouse: WarehouseResource,
+        test_runner: LocalTestRunnerResource,
+    ) -> Iterator[dg.MaterializeResult]:
+        """JUnit report of one test suite for one night and target."""
+        with recorded_stage(context, spec, artefacts, warehouse) as run:
+            require_local_runner(spec, run)
+            environment = artefacts.read_manifest(run.key, env_stage) if env_stage else {}
+            sources = artefacts.read_manifest(run.key, sources_stage)
+            repo = spec.stage.params.get("repo", spec.pipeline.repositories[0].name)
+            rootdir = Path(sources["repos"][repo]["path"])
+            report = _run_suite(context, run, suite, spec.stage.name, test_runner, environment, rootdir)
+            store = warehouse.store()
+            previous = store.previous_suite_total(run.key, spec.stage.name)
+            store.record_test_report(run.key, report)
+            run.manifest.update(report=report.counts(), collect_only=report.collect_only,
+                                junit=list(report.source_files))
+            run.detail = f"{report.count('passed')}/{report.total} passed" + (
+                " (collect-only)" if report.collect_only else "")
+        yield dg.MaterializeResult(
+            metadata={**report_metadata(report), "artefacts": dg.MetadataValue.path(str(run.workdir))},
+            check_results=[
+                checks.tests_passed(spec.key, report),
+                checks.test_count_stable(spec.key, report, previous, thresholds.test_count_drop_pct),
+            ],
+        )
+
+    return _test_report
+
+
+def _run_suite(
+    context: dg.AssetExecutionContext, run: StageRun, suite: Suite, name: str,
+    test_runner: LocalTestRunnerResource, environment: dict, rootdir: Path,
+) -> TestReport:
+    assert suite.markers is not None  # Bazel suites run through the RBE resource (issue #4)
+    markers = suite.markers.format(arch=run.target.arch, **run.target.params)
+    runner_gpus = run.runner.gpus if run.runner else 0
+    gpus = test_runner.visible_gpus() if runner_gpus == "auto" else runner_gpus
+    collect_only = run.target.arch in suite.collect_only_on or gpus < suite.min_gpus
+    python = Path(environment["python"])
+    log = run.workdir / "pytest.log"
+    timeout_s = suite.timeout_minutes * 60
+    if collect_only:
+        context.log.info(f"{name}: collect-only ({run.target.arch}, {gpus} GPU(s), suite needs {suite.min_gpus})")
+        result = test_runner.collect_pytest(python, rootdir, suite.paths, markers, timeout_s, log)
+        report = parse_collect_only(result.output, name, run.runner_name)
+    else:
+        context.log.info(f"{name}: pytest -m {markers!r} on {run.runner_name}")
+        junit = run.workdir / "junit.xml"
+        test_runner.run_pytest(python, rootdir, suite.paths, markers, junit, timeout_s, log)
+        report = parse_junit(junit, name, run.runner_name)
+    context.log.info(f"{name}: {report.counts()}")
+    return report

@@ -1,0 +1,50 @@
+"""The lint stage: ruff over the pinned checkout; findings gate like failed tests do."""
+
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import dagster as dg
+
+from nightly_assets.artefacts.resources import ArtefactStoreResource
+from nightly_assets.process import run_command
+from nightly_assets.remote.pending import require_local_runner
+from nightly_assets.stages import StageSpec, recorded_stage
+from nightly_assets.warehouse.resources import WarehouseResource
+
+LINT_CLEAN = "lint_clean"
+
+
+def build_lint_asset(spec: StageSpec) -> dg.AssetsDefinition:
+    sources_stage = spec.pipeline.stages_of("sources")[0].name
+    repo = spec.stage.params.get("repo", spec.pipeline.repositories[0].name)
+    check = dg.AssetCheckSpec(LINT_CLEAN, asset=spec.key, blocking=True,
+                              description="ruff reports no finding in the pinned checkout.")
+
+    @dg.asset(**spec.asset_args(check_specs=[check]))
+    def _lint(
+        context: dg.AssetExecutionContext, artefacts: ArtefactStoreResource, warehouse: WarehouseResource
+    ) -> Iterator[dg.MaterializeResult]:
+        """ruff findings for the night's pinned checkout."""
+        with recorded_stage(context, spec, artefacts, warehouse) as run:
+            require_local_runner(spec, run)
+            src = Path(artefacts.read_manifest(run.key, sources_stage)["repos"][repo]["path"])
+            result = run_command(
+                [sys.executable, "-m", "ruff", "check", "--output-format", "json", "--exit-zero", "."],
+                cwd=src, timeout_s=900, log_path=run.workdir / "ruff.json",
+            )
+            findings = json.loads(result.output or "[]")
+            run.manifest["findings"] = len(findings)
+            run.detail = f"{len(findings)} finding(s)"
+        lines = [f"{f['filename']}:{f['location']['row']}: {f['code']} {f['message']}" for f in findings[:50]]
+        yield dg.MaterializeResult(
+            metadata={"findings": len(findings)},
+            check_results=[dg.AssetCheckResult(
+                check_name=LINT_CLEAN, asset_key=spec.key, passed=not findings,
+                severity=dg.AssetCheckSeverity.ERROR, description=run.detail,
+                metadata={"first_findings": dg.MetadataValue.text("\n".join(lines) or "none")},
+            )],
+        )
+
+    return _lint

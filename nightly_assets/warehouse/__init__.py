@@ -1,0 +1,13 @@
+"""The nightly results warehouse (SQLite or MySQL/MariaDB through SQLAlchemy)."""
+
+from nightly_assets.warehouse.resources import WarehouseResource, default_warehouse_url
+from nightly_assets.warehouse.store import NightRow, StageRow, Warehouse, WarehouseError
+
+__all__ = [
+    "NightRow",
+    "StageRow",
+    "Warehouse",
+    "WarehouseError",
+    "WarehouseResource",
+    "default_warehouse_url",
+]

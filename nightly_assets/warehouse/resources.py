@@ -1,0 +1,42 @@
+"""Dagster resource that hands assets one shared ``Warehouse`` per resource instance."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import dagster as dg
+from pydantic import Field, PrivateAttr
+
+from nightly_assets.warehouse.store import Warehouse, safe_url
+
+URL_ENV = "NIGHTLY_WAREHOUSE_URL"
+
+
+def default_warehouse_url(home: Path) -> str:
+    """``$NIGHTLY_WAREHOUSE_URL`` if set, else a SQLite file in ``home``."""
+    return os.environ.get(URL_ENV) or f"sqlite:///{home}/warehouse.sqlite"
+
+
+class WarehouseResource(dg.ConfigurableResource):
+    """The results warehouse. ``url`` is a SQLAlchemy URL, e.g.
+    ``mysql+pymysql://user:pw@host:3306/db?charset=utf8mb4`` or ``sqlite:////path/warehouse.sqlite``.
+    Prefer ``dg.EnvVar("NIGHTLY_WAREHOUSE_URL")`` when the URL holds a password, so that
+    Dagster does not show it with the resource's configuration."""
+
+    url: str = Field(repr=False, description="SQLAlchemy database URL of the warehouse.")
+
+    _store: Warehouse | None = PrivateAttr(default=None)
+
+    def store(self) -> Warehouse:
+        """The Warehouse of this resource instance, created (and its schema ensured) on first use."""
+        if self._store is None:
+            self._store = Warehouse(self.url)
+        return self._store
+
+    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        if self._store is not None:
+            self._store.dispose()
+
+    def __repr__(self) -> str:
+        return f"WarehouseResource(url={safe_url(self.url)!r})"

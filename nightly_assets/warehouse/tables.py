@@ -1,0 +1,138 @@
+"""The warehouse schema: one table per kind of nightly result, all keyed by (pipeline, night, target).
+
+Portable across SQLite and MySQL/MariaDB:
+- VARCHAR lengths keep every index under InnoDB's 3072-byte limit with utf8mb4 (4 bytes a char).
+- MySQL tables use utf8mb4 with the binary collation, so comparisons and unique keys are
+  case- and space-sensitive as they are on SQLite.
+- Floats are DOUBLE (SQLAlchemy's ``Float`` is single precision on MySQL).
+- Long free text (node ids, failure messages) is MEDIUMTEXT on MySQL, whose TEXT stops at 64 KiB.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from sqlalchemy import BigInteger, Date, DateTime, Double, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy.dialects import mysql
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+PIPELINE_LEN = 128
+TARGET_LEN = 128
+NAME_LEN = 255  # stage, suite and benchmark names
+STATUS_LEN = 32
+RUNNER_LEN = 128
+RUN_ID_LEN = 64
+UNIT_LEN = 32
+
+Id = BigInteger().with_variant(Integer(), "sqlite")  # SQLite autoincrements INTEGER keys only
+LongText = Text().with_variant(mysql.MEDIUMTEXT(), "mysql", "mariadb")
+
+_MYSQL_OPTIONS = {
+    "mysql_engine": "InnoDB",
+    "mysql_charset": "utf8mb4",
+    "mysql_collate": "utf8mb4_bin",
+}
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class _Keyed:
+    """The surrogate key and the (pipeline, night, target) columns every table starts with."""
+
+    # BIGINT on MySQL: every re-run deletes and re-inserts, so ids are used up fast.
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True, sort_order=-4)
+    pipeline: Mapped[str] = mapped_column(String(PIPELINE_LEN), sort_order=-3)
+    night: Mapped[dt.date] = mapped_column(Date, sort_order=-2)
+    target: Mapped[str] = mapped_column(String(TARGET_LEN), sort_order=-1)
+
+
+class NightTable(_Keyed, Base):
+    __tablename__ = "nights"
+    __table_args__ = (
+        UniqueConstraint("pipeline", "night", "target", name="uq_nights_key"),
+        _MYSQL_OPTIONS,
+    )
+
+    run_id: Mapped[str] = mapped_column(String(RUN_ID_LEN))
+    status: Mapped[str] = mapped_column(String(STATUS_LEN))
+    pins: Mapped[str] = mapped_column(Text)  # JSON object: repo name -> commit sha
+    updated_at: Mapped[dt.datetime] = mapped_column(DateTime)  # naive UTC
+
+
+class StageTable(_Keyed, Base):
+    __tablename__ = "stages"
+    __table_args__ = (
+        UniqueConstraint("pipeline", "night", "target", "stage", name="uq_stages_key"),
+        _MYSQL_OPTIONS,
+    )
+
+    stage: Mapped[str] = mapped_column(String(NAME_LEN))
+    status: Mapped[str] = mapped_column(String(STATUS_LEN))
+    runner: Mapped[str] = mapped_column(String(RUNNER_LEN))
+    duration_s: Mapped[float] = mapped_column(Double)
+    artefact: Mapped[str | None] = mapped_column(Text)
+    run_id: Mapped[str] = mapped_column(String(RUN_ID_LEN))
+    detail: Mapped[str | None] = mapped_column(LongText)
+
+
+class SuiteTable(_Keyed, Base):
+    __tablename__ = "suites"
+    __table_args__ = (
+        UniqueConstraint("pipeline", "night", "target", "suite", name="uq_suites_key"),
+        _MYSQL_OPTIONS,
+    )
+
+    suite: Mapped[str] = mapped_column(String(NAME_LEN))
+    runner: Mapped[str] = mapped_column(String(RUNNER_LEN))
+    total: Mapped[int]
+    passed: Mapped[int]
+    failed: Mapped[int]
+    error: Mapped[int]
+    skipped: Mapped[int]
+    collected: Mapped[int]
+    duration_s: Mapped[float] = mapped_column(Double)
+    collect_only: Mapped[bool]
+
+
+class TestCaseTable(_Keyed, Base):
+    """One row per test case. Not unique-indexed: node ids are too long for a MySQL index;
+    the store keeps them unique by replacing a suite's rows as a whole."""
+
+    __test__ = False  # not a pytest test class
+    __tablename__ = "test_cases"
+    __table_args__ = (
+        Index("ix_test_cases_key", "pipeline", "night", "target", "suite"),
+        _MYSQL_OPTIONS,
+    )
+
+    suite: Mapped[str] = mapped_column(String(NAME_LEN))
+    classname: Mapped[str] = mapped_column(LongText)
+    name: Mapped[str] = mapped_column(LongText)
+    outcome: Mapped[str] = mapped_column(String(16))
+    duration_s: Mapped[float] = mapped_column(Double)
+    message: Mapped[str | None] = mapped_column(LongText)
+    attempts: Mapped[int]
+
+
+class BenchmarkTable(_Keyed, Base):
+    __tablename__ = "benchmarks"
+    __table_args__ = (
+        UniqueConstraint("pipeline", "night", "target", "name", name="uq_benchmarks_key"),
+        _MYSQL_OPTIONS,
+    )
+
+    name: Mapped[str] = mapped_column(String(NAME_LEN))
+    value: Mapped[float] = mapped_column(Double)
+    unit: Mapped[str] = mapped_column(String(UNIT_LEN))
+    lower_is_better: Mapped[bool]
+
+
+ALL_TABLES: tuple[type[Base], ...] = (
+    NightTable,
+    StageTable,
+    SuiteTable,
+    TestCaseTable,
+    BenchmarkTable,
+)

@@ -1,0 +1,529 @@
+"""Tests for nightly_assets.testing.junit, fed with files written by real pytest runs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from nightly_assets.results import TestCase, TestReport
+from nightly_assets.testing.junit import (
+    JUnitError,
+    parse_bazel_testlogs,
+    parse_collect_only,
+    parse_junit,
+    parse_junit_files,
+    report_metadata,
+)
+
+# 3 passed, 2 failed, 1 error (fixture raises), 1 skipped; TestHelper is not collectable.
+SAMPLE_TESTS = '''
+import pytest
+
+
+@pytest.fixture
+def database():
+    raise RuntimeError("database unreachable")
+
+
+def test_adds():
+    assert 1 + 1 == 2
+
+
+@pytest.mark.parametrize("value", [1, "a|b"])
+def test_truthy(value):
+    assert value
+
+
+def test_compare():
+    assert "apple" == "pear", "fruit mismatch"
+
+
+def test_lookup():
+    {}["missing"]
+
+
+def test_query(database):
+    pass
+
+
+@pytest.mark.skip(reason="needs a GPU")
+def test_gpu():
+    pass
+
+
+class TestHelper:
+    """Has __init__, so pytest warns and collects nothing from it."""
+
+    def __init__(self):
+        pass
+
+    def test_never(self):
+        pass
+'''
+SAMPLE_TEST_COUNT = 7
+
+
+def _run_pytest(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    # A clean environment, so the outer pytest's options and plugins do not leak in.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--rootdir", str(cwd), *args],
+        check=False,  # callers assert the exit code they expect
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.fixture(scope="module")
+def sample_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("sample")
+    (directory / "test_sample.py").write_text(SAMPLE_TESTS)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def junit_file(sample_dir: Path) -> Path:
+    xml_path = sample_dir / "reports" / "unit.xml"
+    result = _run_pytest(sample_dir, f"--junitxml={xml_path}", "test_sample.py")
+    assert result.returncode == 1, result.stdout + result.stderr  # 1 = some tests failed
+    return xml_path
+
+
+def _by_name(report: TestReport) -> dict[str, TestCase]:
+    return {case.name: case for case in report.cases}
+
+
+def _write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text).lstrip())
+    return path
+
+
+# --- real pytest JUnit output ---------------------------------------------------------------
+
+
+def test_parse_junit_counts_outcomes_of_a_real_pytest_run(junit_file: Path) -> None:
+    report = parse_junit(junit_file, suite="unit", runner="tpu-v5")
+
+    assert report.counts() == {
+        "total": SAMPLE_TEST_COUNT,
+        "passed": 3,
+        "failed": 2,
+        "error": 1,
+        "skipped": 1,
+        "collected": 0,
+    }
+    assert (report.suite, report.runner, report.collect_only) == ("unit", "tpu-v5", False)
+    assert report.source_files == (str(junit_file),)
+    assert report.duration_s > 0
+
+
+def test_parse_junit_carries_messages_and_names(junit_file: Path) -> None:
+    cases = _by_name(parse_junit(junit_file, suite="unit"))
+
+    assert cases["test_compare"].outcome == "failed"
+    assert "fruit mismatch" in (cases["test_compare"].message or "")
+    assert "KeyError" in (cases["test_lookup"].message or "")
+    assert cases["test_query"].outcome == "error"
+    assert "database unreachable" in (cases["test_query"].message or "")
+    assert cases["test_gpu"].outcome == "skipped"
+    assert cases["test_gpu"].message == "needs a GPU"
+    assert cases["test_adds"].message is None
+    assert cases["test_truthy[a|b]"].classname == "test_sample"
+    assert cases["test_truthy[a|b]"].node_id == "test_sample::test_truthy[a|b]"
+
+
+def test_parse_junit_files_merges_reports(junit_file: Path, tmp_path: Path) -> None:
+    second = _write(
+        tmp_path / "integration.xml",
+        """
+        <testsuite name="integration" time="2.5">
+          <testcase classname="it" name="test_upload" time="2.5"/>
+        </testsuite>
+        """,
+    )
+    single = parse_junit(junit_file, suite="unit")
+
+    merged = parse_junit_files([junit_file, second], suite="all")
+
+    assert merged.total == SAMPLE_TEST_COUNT + 1
+    assert merged.count("passed") == 4
+    assert merged.cases[-1].node_id == "it::test_upload"
+    assert merged.duration_s == pytest.approx(single.duration_s + 2.5)
+    assert merged.source_files == (str(junit_file), str(second))
+
+
+def test_report_metadata_of_a_real_run(junit_file: Path) -> None:
+    report = parse_junit(junit_file, suite="unit", runner="local")
+
+    metadata = report_metadata(report)
+
+    assert {k: metadata[k] for k in ("total", "passed", "failed", "error", "skipped")} == {
+        "total": 7,
+        "passed": 3,
+        "failed": 2,
+        "error": 1,
+        "skipped": 1,
+    }
+    assert metadata["collected"] == 0
+    assert metadata["pass_rate"] == pytest.approx(3 / 6)
+    assert metadata["flaky"] == 0
+    assert metadata["runner"] == "local"
+    assert metadata["collect_only"] is False
+    assert metadata["duration_s"] == report.duration_s
+    assert all(isinstance(v, (int, float, str)) for v in metadata.values())
+    table = str(metadata["failures_md"]).splitlines()
+    assert table[0] == "| test | outcome | message |"
+    assert len(table) == 2 + 3  # header, separator, 2 failed + 1 error
+    assert any("test_sample::test_query | error |" in row for row in table)
+
+
+# --- hand-written JUnit shapes ----------------------------------------------------------------
+
+
+def test_nested_suites_duration_counts_outermost_suites_only(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path / "nested.xml",
+        """
+        <testsuites>
+          <testsuite name="outer" time="3.0">
+            <testsuite name="inner" time="1.0">
+              <testcase classname="a" name="t1" time="1.0"/>
+            </testsuite>
+            <testcase name="t2" time="0.5"><failure>boom
+              at line 3</failure></testcase>
+          </testsuite>
+          <testsuite name="other" time="0.25">
+            <testcase classname="b" name="t3" time=""/>
+          </testsuite>
+        </testsuites>
+        """,
+    )
+
+    report = parse_junit(path, suite="nested")
+
+    assert [c.node_id for c in report.cases] == ["a::t1", "t2", "b::t3"]
+    assert report.cases[1].classname == ""
+    assert report.cases[1].message == "boom\n      at line 3"  # text used when no message attr
+    assert report.cases[2].duration_s == 0.0
+    assert report.duration_s == pytest.approx(3.25)
+
+
+def test_duration_falls_back_to_case_sum_without_suite_time(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path / "single.xml",
+        """
+        <testsuite name="s">
+          <testcase name="t1" time="1.5"/>
+          <testcase name="t2" time="0.25"/>
+          <testcase name="t3"/>
+        </testsuite>
+        """,
+    )
+
+    assert parse_junit(path, suite="s").duration_s == pytest.approx(1.75)
+
+
+def test_long_failure_text_is_cut_to_2000_characters(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path / "long.xml",
+        f"""
+        <testsuite name="s"><testcase name="t"><error>
+        {"x" * 5000}
+        </error></testcase></testsuite>
+        """,
+    )
+
+    [case] = parse_junit(path, suite="s").cases
+
+    assert case.message == "x" * 2000
+
+
+def test_failures_md_escapes_cuts_and_caps_rows() -> None:
+    long_message = "line one | pipe\nline two " + "y" * 500
+    cases = tuple(TestCase("mod", f"test_{i}", "failed", message=long_message) for i in range(60))
+    report = TestReport(suite="s", cases=(*cases, TestCase("mod", "ok", "passed")))
+
+    metadata = report_metadata(report)
+
+    rows = str(metadata["failures_md"]).splitlines()
+    assert rows[2].startswith("| mod::test_0 | failed | line one \\| pipe line two yyy")
+    message_cell = rows[2].split(" | ", 2)[2].removesuffix(" |")
+    assert len(message_cell.replace("\\|", "|")) == 200
+    assert sum(row.startswith("| mod::") for row in rows) == 50
+    assert rows[-1] == "… and 10 more"
+    assert metadata["pass_rate"] == pytest.approx(1 / 61)
+
+
+def test_report_metadata_when_nothing_ran() -> None:
+    report = TestReport(suite="s", cases=(TestCase("m", "t", "skipped"),))
+
+    metadata = report_metadata(report)
+
+    assert metadata["pass_rate"] == 1.0
+    assert metadata["failures_md"] == "none"
+
+
+# --- pytest --collect-only ------------------------------------------------------------------
+
+
+def test_parse_collect_only_of_a_real_run(sample_dir: Path) -> None:
+    result = _run_pytest(sample_dir, "--collect-only", "-q", "test_sample.py")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "warnings summary" in result.stdout  # the ignored-lines path is really exercised
+
+    report = parse_collect_only(result.stdout, suite="unit", runner="ci")
+
+    assert report.total == SAMPLE_TEST_COUNT
+    assert report.count("collected") == SAMPLE_TEST_COUNT
+    assert report.collect_only is True
+    assert report.runner == "ci"
+    assert report.cases[0] == TestCase("test_sample.py", "test_adds", "collected")
+    assert "test_sample.py::test_truthy[a|b]" in [c.node_id for c in report.cases]
+    metadata = report_metadata(report)
+    assert (metadata["collected"], metadata["pass_rate"], metadata["collect_only"]) == (
+        7,
+        1.0,
+        True,
+    )
+
+
+def test_parse_collect_only_with_deselection(sample_dir: Path) -> None:
+    result = _run_pytest(sample_dir, "--collect-only", "-q", "-k", "truthy", "test_sample.py")
+    assert "2/7 tests collected" in result.stdout
+
+    report = parse_collect_only(result.stdout, suite="unit")
+
+    assert [c.name for c in report.cases] == ["test_truthy[1]", "test_truthy[a|b]"]
+
+
+def test_parse_collect_only_splits_class_and_params() -> None:
+    output = "\n".join(
+        [
+            "tests/test_x.py::TestA::test_b[param-1]",
+            "tests/t.py::test_c[a::b]",
+            "",
+            "2 tests collected in 0.01s",
+        ]
+    )
+
+    cases = parse_collect_only(output, suite="s").cases
+
+    assert [(c.classname, c.name) for c in cases] == [
+        ("tests/test_x.py::TestA", "test_b[param-1]"),
+        ("tests/t.py", "test_c[a::b]"),
+    ]
+
+
+def test_parse_collect_only_no_tests() -> None:
+    report = parse_collect_only("\nno tests collected in 0.00s\n", suite="s")
+
+    assert report.total == 0
+
+
+def test_parse_collect_only_count_mismatch_names_both_numbers() -> None:
+    output = "tests/test_x.py::test_a\ntests/test_x.py::test_b\n\n5 tests collected in 0.01s\n"
+
+    with pytest.raises(ValueError, match=r"5 tests collected.* 2 node ids"):
+        parse_collect_only(output, suite="s")
+
+
+# --- Bazel testlogs -------------------------------------------------------------------------
+
+# The exact shape tools/test/generate-xml.sh writes for a test without its own XML output.
+BAZEL_XML = """\
+<?xml version="1.0" encoding="UTF-8"?>
+<testsuites>
+<testsuite name="{name}" tests="1" failures="0" errors="{errors}">
+  <testcase name="{name}" status="run" duration="{secs}" time="{secs}">{error}</testcase>
+  <system-out><![CDATA[exec ${{PAGER:-/usr/bin/less}} "$0" || exit 1
+Executing tests from //{name}
+]]></system-out>
+</testsuite>
+</testsuites>
+"""
+
+
+def _bazel_target(testlogs: Path, package: str, target: str, exit_code: int, secs: int) -> Path:
+    target_dir = testlogs / package / target
+    target_dir.mkdir(parents=True)
+    error = f'<error message="exited with error code {exit_code}"></error>' if exit_code else ""
+    (target_dir / "test.xml").write_text(
+        BAZEL_XML.format(name=f"{package}/{target}", errors=int(bool(exit_code)), secs=secs, error=error)
+    )
+    (target_dir / "test.log").write_text("test output\n")
+    return target_dir
+
+
+def test_parse_bazel_testlogs(tmp_path: Path) -> None:
+    testlogs = tmp_path / "bazel-testlogs"
+    _bazel_target(testlogs, "pkg", "pass_test", exit_code=0, secs=3)
+    _bazel_target(testlogs, "pkg", "fail_test", exit_code=1, secs=2)
+    flaky = _bazel_target(testlogs, "pkg/sub", "flaky_test", exit_code=0, secs=4)
+    attempts = flaky / "test_attempts"
+    attempts.mkdir()
+    (attempts / "attempt_1.xml").write_text(
+        BAZEL_XML.format(
+            name="pkg/sub/flaky_test",
+            errors=1,
+            secs=4,
+            error='<error message="exited with error code 1"></error>',
+        )
+    )
+    (attempts / "attempt_1.log").write_text("first attempt failed\n")
+
+    report = parse_bazel_testlogs(testlogs, suite="bazel", runner="rbe")
+
+    by_class = {c.classname: c for c in report.cases}
+    assert sorted(by_class) == ["//pkg/sub:flaky_test", "//pkg:fail_test", "//pkg:pass_test"]
+    assert report.total == 3  # attempt_1.xml is counted, not parsed as a test
+    assert (by_class["//pkg:pass_test"].outcome, by_class["//pkg:pass_test"].attempts) == (
+        "passed",
+        1,
+    )
+    assert by_class["//pkg:fail_test"].outcome == "error"
+    assert by_class["//pkg:fail_test"].message == "exited with error code 1"
+    assert (
+        by_class["//pkg/sub:flaky_test"].outcome,
+        by_class["//pkg/sub:flaky_test"].attempts,
+    ) == (
+        "passed",
+        2,
+    )
+    assert [c.name for c in report.flaky] == ["pkg/sub/flaky_test"]
+    assert report.duration_s == pytest.approx(9.0)
+    assert len(report.source_files) == 3
+    assert report_metadata(report)["flaky"] == 1
+
+
+def test_parse_bazel_testlogs_empty_dir(tmp_path: Path) -> None:
+    testlogs = tmp_path / "bazel-testlogs"
+    (testlogs / "pkg" / "t").mkdir(parents=True)
+
+    with pytest.raises(JUnitError, match=r"bazel-testlogs: no test\.xml found"):
+        parse_bazel_testlogs(testlogs, suite="bazel")
+
+
+def test_parse_bazel_testlogs_missing_dir(tmp_path: Path) -> None:
+    with pytest.raises(JUnitError, match=r"nowhere: directory not found"):
+        parse_bazel_testlogs(tmp_path / "nowhere", suite="bazel")
+
+
+# --- bad input ------------------------------------------------------------------------------
+
+BILLION_LAUGHS = """\
+<?xml version="1.0"?>
+<!DOCTYPE lolz [
+  <!ENTITY lol "lol">
+  <!ENTITY lol2 "&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;">
+  <!ENTITY lol3 "&lol2;&lol2;&lol2;&lol2;&lol2;&lol2;&lol2;&lol2;&lol2;&lol2;">
+  <!ENTITY lol4 "&lol3;&lol3;&lol3;&lol3;&lol3;&lol3;&lol3;&lol3;&lol3;&lol3;">
+  <!ENTITY lol5 "&lol4;&lol4;&lol4;&lol4;&lol4;&lol4;&lol4;&lol4;&lol4;&lol4;">
+  <!ENTITY lol6 "&lol5;&lol5;&lol5;&lol5;&lol5;&lol5;&lol5;&lol5;&lol5;&lol5;">
+  <!ENTITY lol7 "&lol6;&lol6;&lol6;&lol6;&lol6;&lol6;&lol6;&lol6;&lol6;&lol6;">
+  <!ENTITY lol8 "&lol7;&lol7;&lol7;&lol7;&lol7;&lol7;&lol7;&lol7;&lol7;&lol7;">
+  <!ENTITY lol9 "&lol8;&lol8;&lol8;&lol8;&lol8;&lol8;&lol8;&lol8;&lol8;&lol8;">
+]>
+<testsuite name="s"><testcase name="&lol9;"/></testsuite>
+"""
+
+# nginx's stock 502 page: HTML, not XML (<hr> is never closed).
+NGINX_502 = (
+    "<html>\n<head><title>502 Bad Gateway</title></head>\n<body>\n"
+    "<center><h1>502 Bad Gateway</h1></center>\n<hr><center>nginx</center>\n</body>\n</html>\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        pytest.param("", "unit.xml: file is empty", id="empty"),
+        pytest.param("  \n\n", "unit.xml: file is empty", id="whitespace"),
+        pytest.param(
+            NGINX_502,
+            "unit.xml: not a JUnit report: root element is <html>, expected <testsuites> or <testsuite>",
+            id="html",
+        ),
+        pytest.param(
+            '<?xml version="1.0"?>\n<!DOCTYPE html>\n<html><body><p>Sign in</p></body></html>',
+            "unit.xml: not a JUnit report: root element is <html>, expected <testsuites> or <testsuite>",
+            id="well-formed-html",
+        ),
+        pytest.param(
+            "<test-run><test-case/></test-run>",
+            "unit.xml: not a JUnit report: root element is <test-run>",
+            id="nunit-xml",
+        ),
+        pytest.param(
+            '<?xml version="1.0"?>\n<testsuites>\n<testsuite name="s">\n    <testcase name="a"',
+            "unit.xml: malformed XML at line 4, column ",
+            id="truncated",
+        ),
+        pytest.param(
+            BILLION_LAUGHS,
+            "unit.xml: forbidden XML construct (entity declaration); JUnit files must be plain XML",
+            id="billion-laughs",
+        ),
+        pytest.param(
+            '<testsuite><testcase name="a"/><testcase classname="c"/></testsuite>',
+            "unit.xml: <testcase> #2 has no 'name' attribute",
+            id="no-name",
+        ),
+        pytest.param(
+            '<testsuite><testcase classname="c" name="slow" time="1.5s"/></testsuite>',
+            "unit.xml: <testcase> 'c::slow' has non-numeric time='1.5s', expected a number",
+            id="bad-time",
+        ),
+        pytest.param(
+            '<testsuite name="s" time="soon"><testcase name="t"/></testsuite>',
+            "unit.xml: <testsuite> 's' has non-numeric time='soon'",
+            id="bad-suite-time",
+        ),
+    ],
+)
+def test_bad_junit_files(tmp_path: Path, content: str, expected: str) -> None:
+    path = tmp_path / "reports" / "unit.xml"
+    path.parent.mkdir()
+    path.write_text(content)
+
+    with pytest.raises(JUnitError) as excinfo:
+        parse_junit(path, suite="unit")
+
+    assert expected in str(excinfo.value)
+    assert str(excinfo.value).startswith(str(path))
+
+
+def test_truncated_xml_reports_the_parser_reason(tmp_path: Path) -> None:
+    path = _write(tmp_path / "cut.xml", '<testsuite name="s">\n  <testcase name="a">\n')
+
+    with pytest.raises(JUnitError, match=r"cut\.xml: malformed XML at line 3, column 0: no element found$"):
+        parse_junit(path, suite="unit")
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(JUnitError, match=r"absent\.xml: file not found$"):
+        parse_junit(tmp_path / "absent.xml", suite="unit")
+
+
+def test_missing_file_in_a_list(tmp_path: Path) -> None:
+    good = _write(tmp_path / "good.xml", '<testsuite><testcase name="t"/></testsuite>')
+
+    with pytest.raises(JUnitError, match=r"absent\.xml: file not found"):
+        parse_junit_files([good, tmp_path / "absent.xml"], suite="unit")
+
+
+def test_empty_file_list() -> None:
+    with pytest.raises(JUnitError, match=r"suite 'unit': no report files were found"):
+        parse_junit_files([], suite="unit")
+
+
+def test_junit_error_is_a_value_error() -> None:
+    assert issubclass(JUnitError, ValueError)

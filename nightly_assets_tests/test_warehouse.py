@@ -1,0 +1,202 @@
+"""The results warehouse against a real SQLite file and a real MariaDB (tests marked ``mysql``)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from nightly_assets.results import OUTCOMES, BenchmarkResult, NightKey, TestCase, TestReport
+from nightly_assets.warehouse import (
+    Warehouse,
+    WarehouseError,
+    WarehouseResource,
+    default_warehouse_url,
+)
+
+
+NIGHT = dt.date(2024, 5, 10)
+KEY = NightKey("tpu-nightly", NIGHT, "linux-x86_64")
+OTHER_TARGET = NightKey("tpu-nightly", NIGHT, "linux-aarch64")
+
+
+def _report(suite: str = "unit", *, fail: bool = False, collect_only: bool = False) -> TestReport:
+    cases = (
+        TestCase("tests.test_a", "test_one", "passed", 0.5),
+        TestCase("tests.test_a", "test_two", "failed" if fail else "passed", 1.25, "boom"),
+        TestCase("tests.test_b", "test_three", "skipped"),
+    )
+    return TestReport(suite, cases, runner="ci-1", duration_s=2.0, collect_only=collect_only)
+
+
+def _at(key: NightKey, night: dt.date) -> NightKey:
+    return NightKey(key.pipeline, night, key.target)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("mysql", marks=pytest.mark.mysql)])
+def warehouse_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/warehouse.sqlite"
+    url: str = request.getfixturevalue("mysql_url")
+    return url
+
+
+@pytest.fixture
+def warehouse(warehouse_url: str) -> Iterator[Warehouse]:
+    store = Warehouse(warehouse_url)
+    yield store
+    store.dispose()
+
+
+def test_report_recorded_twice_replaces_rows(warehouse: Warehouse) -> None:
+    warehouse.record_test_report(KEY, _report())
+    warehouse.record_test_report(OTHER_TARGET, _report())
+    first = warehouse.row_counts(KEY)
+    warehouse.record_test_report(KEY, _report())
+    assert first == {"nights": 0, "stages": 0, "suites": 1, "test_cases": 3, "benchmarks": 0}
+    assert warehouse.row_counts(KEY) == first
+
+    warehouse.record_test_report(KEY, _report(fail=True))
+    assert warehouse.row_counts(KEY) == first
+    assert warehouse.suite_counts(KEY)["unit"] == {
+        "total": 3,
+        "passed": 1,
+        "failed": 1,
+        "error": 0,
+        "skipped": 1,
+        "collected": 0,
+    }
+    assert warehouse.failed_cases(KEY, "unit") == [
+        TestCase("tests.test_a", "test_two", "failed", 1.25, "boom")
+    ]
+    assert warehouse.failed_cases(OTHER_TARGET, "unit") == []  # other keys untouched
+    assert warehouse.row_counts(OTHER_TARGET)["test_cases"] == 3
+
+
+def test_failed_write_keeps_previous_rows(warehouse: Warehouse) -> None:
+    warehouse.record_test_report(KEY, _report(fail=True))
+    broken = TestReport("unit", (TestCase("c", None, "passed"),))  # type: ignore[arg-type]
+    with pytest.raises(WarehouseError):
+        warehouse.record_test_report(KEY, broken)
+    assert warehouse.row_counts(KEY)["test_cases"] == 3
+    assert warehouse.suite_counts(KEY)["unit"]["failed"] == 1
+
+
+def test_stages_replaced_per_stage(warehouse: Warehouse) -> None:
+    warehouse.record_stage(KEY, "build", status="running", runner="r1", duration_s=0, run_id="a")
+    warehouse.record_stage(KEY, "test", status="skipped", runner="r1", duration_s=0, run_id="a")
+    warehouse.record_stage(
+        KEY, "build", status="success", runner="r2", duration_s=12.5, run_id="b", artefact="gs://x"
+    )
+    stages = {s.stage: s for s in warehouse.stages(KEY)}
+    assert warehouse.row_counts(KEY)["stages"] == 2
+    assert (stages["build"].status, stages["build"].runner) == ("success", "r2")
+    assert (stages["build"].duration_s, stages["build"].artefact) == (12.5, "gs://x")
+    assert stages["test"].detail is None
+
+
+def test_benchmarks_replaced_not_duplicated(warehouse: Warehouse) -> None:
+    warehouse.record_benchmarks(KEY, [BenchmarkResult("a", 1.0), BenchmarkResult("b", 2.0)])
+    warehouse.record_benchmarks(KEY, [BenchmarkResult("a", 3.0, unit="ms")])
+    assert warehouse.row_counts(KEY)["benchmarks"] == 1
+    later = dt.date(2024, 5, 11)
+    assert warehouse.benchmark_history(KEY.pipeline, KEY.target, "a", before=later, limit=5) == [(NIGHT, 3.0)]
+    assert warehouse.benchmark_history(KEY.pipeline, KEY.target, "b", before=later, limit=5) == []
+
+
+def test_previous_suite_total_skips_collect_only(warehouse: Warehouse) -> None:
+    warehouse.record_test_report(_at(KEY, dt.date(2024, 5, 7)), _report())
+    warehouse.record_test_report(_at(KEY, dt.date(2024, 5, 8)), _report(suite="other"))
+    small = TestReport("unit", _report().cases[:2])
+    warehouse.record_test_report(_at(KEY, dt.date(2024, 5, 8)), small)
+    warehouse.record_test_report(_at(KEY, dt.date(2024, 5, 9)), _report(collect_only=True))
+    warehouse.record_test_report(KEY, _report())
+    warehouse.record_test_report(_at(KEY, dt.date(2024, 5, 11)), _report())
+    warehouse.record_test_report(_at(OTHER_TARGET, dt.date(2024, 5, 9)), _report())
+
+    assert warehouse.previous_suite_total(KEY, "unit") == (dt.date(2024, 5, 8), 2)
+    assert warehouse.previous_suite_total(_at(KEY, dt.date(2024, 5, 7)), "unit") is None
+    assert warehouse.previous_suite_total(KEY, "missing") is None
+
+
+def test_benchmark_history_newest_first_before_is_exclusive(warehouse: Warehouse) -> None:
+    for day in range(1, 8):
+        key = _at(KEY, dt.date(2024, 5, day))
+        warehouse.record_benchmarks(key, [BenchmarkResult("step", float(day))])
+    warehouse.record_benchmarks(_at(OTHER_TARGET, dt.date(2024, 5, 4)), [BenchmarkResult("step", 99)])
+
+    history = warehouse.benchmark_history(
+        KEY.pipeline, KEY.target, "step", before=dt.date(2024, 5, 5), limit=3
+    )
+    assert history == [(dt.date(2024, 5, 4), 4.0), (dt.date(2024, 5, 3), 3.0), (dt.date(2024, 5, 2), 2.0)]
+    assert (
+        warehouse.benchmark_history(KEY.pipeline, KEY.target, "step", before=dt.date(2024, 5, 1), limit=3)
+        == []
+    )
+
+
+def test_large_report_round_trips(warehouse: Warehouse) -> None:
+    cases = tuple(
+        TestCase(f"tests.pkg{i % 50}.test_mod", f"test_{i}[" + "p" * 200 + "]", OUTCOMES[i % 5], 0.01)
+        for i in range(20_000)
+    )
+    warehouse.record_test_report(KEY, TestReport("big", cases))
+    assert warehouse.row_counts(KEY)["test_cases"] == 20_000
+    expected: dict[str, int] = {"total": 20_000, **dict.fromkeys(OUTCOMES, 4_000)}
+    assert warehouse.suite_counts(KEY)["big"] == expected
+    failed = warehouse.failed_cases(KEY, "big")
+    assert len(failed) == 8_000
+    assert failed[:2] == [cases[1], cases[2]]
+
+
+def test_long_unicode_message_round_trips(warehouse: Warehouse) -> None:
+    message = ("断言失败 ✗ ÄÖÜ 🐍 " * 500)[:5_000]
+    case = TestCase("tests.тест", "test_ünïcode[🐍]", "failed", 0.1, message, attempts=3)
+    warehouse.record_test_report(KEY, TestReport("unit", (case,)))
+    assert warehouse.failed_cases(KEY, "unit") == [case]
+
+
+def test_nights_returns_pins_as_dict(warehouse: Warehouse) -> None:
+    pins = {"jax": "a" * 40, "xla": "b" * 40}
+    warehouse.record_night(KEY, run_id="run-1", status="running", pins={})
+    warehouse.record_night(KEY, run_id="run-2", status="success", pins=pins)
+    warehouse.record_night(NightKey("other", NIGHT, "t"), run_id="run-3", status="failure", pins={})
+
+    (row,) = warehouse.nights("tpu-nightly")
+    assert (row.night, row.target, row.run_id, row.status) == (NIGHT, KEY.target, "run-2", "success")
+    assert row.pins == pins
+    assert [n.pipeline for n in warehouse.nights()] == ["other", "tpu-nightly"]
+
+
+def test_unreachable_mysql_hides_password() -> None:
+    with pytest.raises(WarehouseError) as info:
+        Warehouse("mysql+pymysql://root:s3cret@127.0.0.1:1/x")
+    assert "127.0.0.1:1" in str(info.value)
+    assert "s3cret" not in str(info.value)
+    assert "s3cret" not in repr(info.value)
+
+
+def test_resource_caches_one_store(warehouse_url: str) -> None:
+    resource = WarehouseResource(url=warehouse_url)
+    store = resource.store()
+    assert resource.store() is store
+    store.record_night(KEY, run_id="r", status="success", pins={"jax": "abc"})
+
+    @dg.asset
+    def probe(warehouse: WarehouseResource) -> None:
+        assert warehouse.store() is warehouse.store()
+        assert [n.pins for n in warehouse.store().nights()] == [{"jax": "abc"}]
+
+    assert dg.materialize([probe], resources={"warehouse": resource}).success
+    store.dispose()
+
+
+def test_default_warehouse_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("NIGHTLY_WAREHOUSE_URL", raising=False)
+    assert default_warehouse_url(tmp_path) == f"sqlite:///{tmp_path}/warehouse.sqlite"
+    monkeypatch.setenv("NIGHTLY_WAREHOUSE_URL", "mysql+pymysql://u@h/db")
+    assert default_warehouse_url(tmp_path) == "mysql+pymysql://u@h/db"
+    assert "s3cret" not in repr(WarehouseResource(url="mysql+pymysql://u:s3cret@h/db"))
