@@ -11,7 +11,7 @@ setup: ## create the virtualenv and install the project with its dev tools
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e ".[dev]"
-	mkdir -p $(DAGSTER_HOME) && cp -n dagster.yaml $(DAGSTER_HOME)/dagster.yaml || true
+	$(BIN)/nightly init
 
 check: ## lint, format, types, and the definitions as dg sees them
 	$(BIN)/ruff check .

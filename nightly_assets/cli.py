@@ -8,35 +8,20 @@ import json
 import os
 import shutil
 import sys
-import threading
-import time
-import uuid
 from pathlib import Path
-from typing import Any
 
 import dagster as dg
-from dagster._core.events import DagsterEventType
 
 from nightly_assets.catalog.loader import CatalogError, catalog_dir, load_catalog
 from nightly_assets.catalog.models import Catalog, Pipeline
-from nightly_assets.partitions import partition_key
+from nightly_assets.night import run_night
 from nightly_assets.pipelines import nightly_job_name
-from nightly_assets.reporting.alerts import alerts_for_run
-from nightly_assets.reporting.sensors import summary_job_name
 from nightly_assets.reporting.summary import summary_markdown, summary_rows
 from nightly_assets.resources import resources_for
 from nightly_assets.results import NightKey
 from nightly_assets.settings import nightly_env, nightly_home
 
 REPO_DAGSTER_YAML = Path(__file__).resolve().parents[1] / "dagster.yaml"
-PROGRESS_EVENTS = {
-    DagsterEventType.STEP_START,
-    DagsterEventType.STEP_SUCCESS,
-    DagsterEventType.STEP_FAILURE,
-    DagsterEventType.STEP_SKIPPED,
-    DagsterEventType.ASSET_CHECK_EVALUATION,
-}
-QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,12 +31,20 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("pipeline")
     run.add_argument("--night", required=True, help="YYYY-MM-DD (UTC)")
     run.add_argument("--target", help="one target of the pipeline's matrix (default: all)")
+    sub.add_parser("init", help="set up DAGSTER_HOME (dagster.yaml, pool limits from the catalog)")
     status = sub.add_parser("status", help="nights x targets x stages with state and test counts")
     status.add_argument("--pipeline", help="only this pipeline")
     status.add_argument("--json", action="store_true", help="machine-readable output")
     args = parser.parse_args(argv)
     try:
         catalog = load_catalog()
+        if args.command == "init":
+            instance(catalog)
+            print(
+                f"DAGSTER_HOME={os.environ['DAGSTER_HOME']}: pools "
+                + ", ".join(f"{pool}={limit}" for pool, limit in sorted(catalog.pools.items()))
+            )
+            return 0
         if args.command == "run":
             return _run(catalog, args.pipeline, args.night, args.target)
         return _status(catalog, args.pipeline, args.json)
@@ -64,13 +57,16 @@ class UsageError(ValueError):
     pass
 
 
-def instance() -> dg.DagsterInstance:
-    """The Dagster instance under DAGSTER_HOME (default ./.dagster_home, set up with the repo's dagster.yaml)."""
+def instance(catalog: Catalog) -> dg.DagsterInstance:
+    """The instance under DAGSTER_HOME (default ./.dagster_home), with the repo's dagster.yaml and pools."""
     home = Path(os.environ.setdefault("DAGSTER_HOME", str(Path.cwd() / ".dagster_home")))
     home.mkdir(parents=True, exist_ok=True)
     if not (home / "dagster.yaml").exists() and REPO_DAGSTER_YAML.is_file():
         shutil.copyfile(REPO_DAGSTER_YAML, home / "dagster.yaml")
-    return dg.DagsterInstance.get()
+    inst = dg.DagsterInstance.get()
+    for pool, limit in catalog.pools.items():
+        inst.event_log_storage.set_concurrency_slots(pool, limit)
+    return inst
 
 
 def _run(catalog: Catalog, name: str, night_text: str, target: str | None) -> int:
@@ -82,83 +78,27 @@ def _run(catalog: Catalog, name: str, night_text: str, target: str | None) -> in
     from nightly_assets.definitions import build_definitions  # loads the whole graph: only when running
 
     defs = build_definitions(catalog_dir())
-    inst = instance()
+    inst = instance(catalog)
     resources = resources_for(nightly_env(), nightly_home())
     worst = 0
     for t in [target] if target else targets:
         key = NightKey(name, night, t)
         print(f"== {key}: materializing {nightly_job_name(name)} (instance {os.environ['DAGSTER_HOME']})")
-        ok, run = _execute(defs, inst, nightly_job_name(name), key)
-        if not ok:
-            print("-- the night failed; writing its summary in a follow-up run")
-            _execute(defs, inst, summary_job_name(name), key)
-        for alert in alerts_for_run(inst, run, catalog):
-            resources["notifier"].notify(alert)
+        outcome = run_night(defs, inst, catalog, key, resources["notifier"], progress=_say)
+        for alert in outcome.alerts:
             print(f"!! alert ({alert.severity}): {alert.title}: " + "; ".join(alert.lines)[:400])
         store = resources["warehouse"].store()
         print()
         print(summary_markdown(key, summary_rows(pipeline, key, store), store.suite_counts(key)))
         night_row = next((n for n in store.nights(name) if n.night == night and n.target == t), None)
-        worst = max(worst, 0 if ok and night_row is not None and night_row.status == "success" else 1)
+        worst = max(
+            worst, 0 if outcome.succeeded and night_row is not None and night_row.status == "success" else 1
+        )
     return worst
 
 
-def _execute(defs: dg.Definitions, inst: dg.DagsterInstance, job: str, key: NightKey) -> tuple[bool, dg.DagsterRun]:
-    run_id = str(uuid.uuid4())
-    done = threading.Event()
-    printer = threading.Thread(target=_print_progress, args=(inst, run_id, done), daemon=True)
-    printer.start()
-    try:
-        result = defs.resolve_job_def(job).execute_in_process(
-            instance=inst, partition_key=str(partition_key(key.night, key.target)), run_id=run_id,
-            raise_on_error=False, run_config=QUIET_LOGS,
-        )
-    finally:
-        done.set()
-        printer.join()
-    run = inst.get_run_by_id(run_id)
-    assert run is not None
-    return result.success, run
-
-
-def _print_progress(inst: dg.DagsterInstance, run_id: str, done: threading.Event) -> None:
-    cursor: str | None = None
-    started = time.monotonic()
-    while True:
-        finished = done.is_set()
-        conn = inst.get_records_for_run(run_id, cursor=cursor, of_type=PROGRESS_EVENTS)
-        cursor = conn.cursor
-        for record in conn.records:
-            line = _progress_line(record.event_log_entry)
-            if line:
-                print(f"  [{time.monotonic() - started:6.1f}s] {line}", flush=True)
-        if finished and not conn.has_more:
-            return
-        if not conn.has_more:
-            done.wait(0.3)
-
-
-def _progress_line(entry: Any) -> str | None:
-    event = entry.dagster_event
-    if event is None:
-        return None
-    step = event.step_key or ""
-    match event.event_type:
-        case DagsterEventType.STEP_START:
-            return f"started  {step}"
-        case DagsterEventType.STEP_SUCCESS:
-            return f"done     {step} ({event.event_specific_data.duration_ms / 1000:.1f}s)"
-        case DagsterEventType.STEP_FAILURE:
-            error = event.step_failure_data.error
-            first = error.message.strip().splitlines()[0] if error else ""
-            return f"FAILED   {step}: {first[:200]}"
-        case DagsterEventType.STEP_SKIPPED:
-            return f"skipped  {step} (an upstream stage failed)"
-        case DagsterEventType.ASSET_CHECK_EVALUATION:
-            ev = event.event_specific_data
-            verdict = "passed" if ev.passed else f"FAILED ({ev.severity.value})"
-            return f"check    {ev.asset_key.to_user_string()}:{ev.check_name} {verdict}"
-    return None
+def _say(line: str) -> None:
+    print(f"  {line}", flush=True)
 
 
 def _status(catalog: Catalog, only: str | None, as_json: bool) -> int:
@@ -170,12 +110,18 @@ def _status(catalog: Catalog, only: str | None, as_json: bool) -> int:
         for night in sorted(store.nights(pipeline.name), key=lambda n: (n.night, n.target), reverse=True):
             key = NightKey(pipeline.name, night.night, night.target)
             stages = {s.stage: s.status for s in store.stages(key)}
-            rows.append({
-                "pipeline": pipeline.name, "night": night.night.isoformat(), "target": night.target,
-                "status": night.status, "run_id": night.run_id, "pins": night.pins,
-                "stages": {s.name: stages.get(s.name, "skipped") for s in pipeline.stages},
-                "tests": store.suite_counts(key),
-            })
+            rows.append(
+                {
+                    "pipeline": pipeline.name,
+                    "night": night.night.isoformat(),
+                    "target": night.target,
+                    "status": night.status,
+                    "run_id": night.run_id,
+                    "pins": night.pins,
+                    "stages": {s.name: stages.get(s.name, "skipped") for s in pipeline.stages},
+                    "tests": store.suite_counts(key),
+                }
+            )
     if as_json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -188,12 +134,17 @@ def _status(catalog: Catalog, only: str | None, as_json: bool) -> int:
             continue
         names = [s.name for s in pipeline.stages]
         print(f"{pipeline.name}: {pipeline.title}")
-        print(f"  {'night':<10}  {'target':<14}  {'status':<8}  {'tests passed/run':<16}  stages ({' '.join(names)})")
+        print(
+            f"  {'night':<10}  {'target':<14}  {'status':<8}  {'tests passed/run':<16}  "
+            f"stages ({' '.join(names)})"
+        )
         for r in mine:
             ran = sum(c["total"] - c["skipped"] - c["collected"] for c in r["tests"].values())
             passed = sum(c["passed"] for c in r["tests"].values())
             marks = " ".join(_MARKS.get(r["stages"][n], "?") for n in names)
-            print(f"  {r['night']:<10}  {r['target']:<14}  {r['status']:<8}  {f'{passed}/{ran}':<16}  {marks}")
+            print(
+                f"  {r['night']:<10}  {r['target']:<14}  {r['status']:<8}  {f'{passed}/{ran}':<16}  {marks}"
+            )
         print()
     print("stage marks: + success, x failure, - skipped, ~ running")
     return 0
@@ -204,7 +155,9 @@ _MARKS = {"success": "+", "failure": "x", "skipped": "-", "running": "~"}
 
 def _pipeline(catalog: Catalog, name: str) -> Pipeline:
     if name not in catalog.pipelines:
-        raise UsageError(f"unknown pipeline {name!r}; the catalog has: {', '.join(sorted(catalog.pipelines))}")
+        raise UsageError(
+            f"unknown pipeline {name!r}; the catalog has: {', '.join(sorted(catalog.pipelines))}"
+        )
     return catalog.pipelines[name]
 
 

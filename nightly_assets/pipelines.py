@@ -1,6 +1,5 @@
 """Catalog -> Dagster: each pipeline's stage assets, its nightly and summary jobs, and its schedule."""
 
-
 import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -51,7 +50,9 @@ def nightly_job_name(pipeline: str) -> str:
     return f"{pipeline}_nightly"
 
 
-def build_pipeline(catalog: Catalog, catalog_dir: Path, pipeline: Pipeline, schedule_running: bool) -> PipelineDefs:
+def build_pipeline(
+    catalog: Catalog, catalog_dir: Path, pipeline: Pipeline, schedule_running: bool
+) -> PipelineDefs:
     partitions_def = pipeline_partitions(pipeline)
     assets = []
     for stage in pipeline.stages:
@@ -61,24 +62,31 @@ def build_pipeline(catalog: Catalog, catalog_dir: Path, pipeline: Pipeline, sche
         assets.append(builder(StageSpec(catalog, catalog_dir, pipeline, stage, partitions_def)))
     tags = {PIPELINE_TAG: pipeline.name}
     nightly_job = dg.define_asset_job(
-        nightly_job_name(pipeline.name), selection=dg.AssetSelection.groups(pipeline.name),
-        partitions_def=partitions_def, tags=tags,
+        nightly_job_name(pipeline.name),
+        selection=dg.AssetSelection.groups(pipeline.name),
+        tags=tags,
         description=f"One night of {pipeline.title} for one target.",
     )
     summary_key = dg.AssetKey([pipeline.name, pipeline.stages_of("night_summary")[0].name])
     summary_job = dg.define_asset_job(
-        summary_job_name(pipeline.name), selection=dg.AssetSelection.assets(summary_key),
-        partitions_def=partitions_def, tags=tags,
+        summary_job_name(pipeline.name),
+        selection=dg.AssetSelection.assets(summary_key),
+        tags=tags,
         description="Writes a night's summary table on its own, after a failed night run.",
     )
-    return PipelineDefs(assets, nightly_job, summary_job, _night_schedule(pipeline, nightly_job, schedule_running))
+    return PipelineDefs(
+        assets, nightly_job, summary_job, _night_schedule(pipeline, nightly_job, schedule_running)
+    )
 
 
 def _night_schedule(
     pipeline: Pipeline, job: UnresolvedAssetJobDefinition, running: bool
 ) -> dg.ScheduleDefinition:
     @dg.schedule(
-        name=f"{pipeline.name}_schedule", cron_schedule=pipeline.cron, job=job, execution_timezone="UTC",
+        name=f"{pipeline.name}_schedule",
+        cron_schedule=pipeline.cron,
+        job=job,
+        execution_timezone="UTC",
         default_status=dg.DefaultScheduleStatus.RUNNING if running else dg.DefaultScheduleStatus.STOPPED,
         description=f"Runs the night that just ended, one run per target ({pipeline.cron} UTC).",
     )

@@ -24,7 +24,8 @@ WAREHOUSE_URL_VAR = "NIGHTLY_WAREHOUSE_URL"
 def resources_for(env: Env, home: Path) -> dict[str, Any]:
     # The URL may carry a password: hand Dagster the variable's name, never its value.
     warehouse_url: Any = (
-        dg.EnvVar(WAREHOUSE_URL_VAR) if os.environ.get(WAREHOUSE_URL_VAR) or env == "prod"
+        dg.EnvVar(WAREHOUSE_URL_VAR)
+        if os.environ.get(WAREHOUSE_URL_VAR) or env == "prod"
         else f"sqlite:///{home / 'warehouse.sqlite'}"
     )
     resources: dict[str, Any] = {

@@ -111,6 +111,7 @@ class StageRun:
     manifest: dict[str, Any] = field(default_factory=dict)
     artefact: str | None = None
     detail: str | None = None
+    status: str = "success"  # a stage that ran but found failures (tests) records "failure"
 
 
 @contextlib.contextmanager
@@ -133,17 +134,26 @@ def recorded_stage(
     )
     store = warehouse.store()
     store.record_stage(
-        key, spec.stage.name, status="running", runner=runner_name, duration_s=0.0,
-        run_id=context.run_id,
+        key,
+        spec.stage.name,
+        status="running",
+        runner=runner_name,
+        duration_s=0.0,
+        run_id=context.run.run_id,
     )
     started = time.monotonic()
     try:
         yield run
     except BaseException as exc:
         store.record_stage(
-            key, spec.stage.name, status="failure", runner=runner_name,
-            duration_s=time.monotonic() - started, run_id=context.run_id,
-            artefact=str(run.workdir), detail=f"{type(exc).__name__}: {exc}"[:4000],
+            key,
+            spec.stage.name,
+            status="failure",
+            runner=runner_name,
+            duration_s=time.monotonic() - started,
+            run_id=context.run.run_id,
+            artefact=str(run.workdir),
+            detail=f"{type(exc).__name__}: {exc}"[:4000],
         )
         raise
     duration = time.monotonic() - started
@@ -151,6 +161,12 @@ def recorded_stage(
     run.manifest["duration_s"] = round(duration, 3)
     artefacts.write_manifest(key, spec.stage.name, run.manifest)
     store.record_stage(
-        key, spec.stage.name, status="success", runner=runner_name, duration_s=duration,
-        run_id=context.run_id, artefact=run.artefact or str(run.workdir), detail=run.detail,
+        key,
+        spec.stage.name,
+        status=run.status,
+        runner=runner_name,
+        duration_s=duration,
+        run_id=context.run.run_id,
+        artefact=run.artefact or str(run.workdir),
+        detail=run.detail,
     )

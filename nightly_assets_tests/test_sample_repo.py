@@ -118,6 +118,11 @@ def test_refuses_foreign_folders(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"other_repo.*1 commits.*expected"):
         ensure_sample_repo(other_repo)
 
+    broken = tmp_path / "broken"
+    (broken / ".git").mkdir(parents=True)
+    with pytest.raises(ValueError, match=r"broken: cannot read.*not a git repository"):
+        ensure_sample_repo(broken)  # git's own stderr is in the message
+
 
 def _venv_with_wheel(worktree: Path, work: Path, env: dict[str, str]) -> Path:
     wheels = work / "wheels"

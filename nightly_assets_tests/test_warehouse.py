@@ -17,7 +17,6 @@ from nightly_assets.warehouse import (
     default_warehouse_url,
 )
 
-
 NIGHT = dt.date(2024, 5, 10)
 KEY = NightKey("tpu-nightly", NIGHT, "linux-x86_64")
 OTHER_TARGET = NightKey("tpu-nightly", NIGHT, "linux-aarch64")

@@ -1,6 +1,5 @@
 """Benchmark stages: tonight's timings, and the baseline from earlier nights they are judged by."""
 
-
 import statistics
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,10 +31,16 @@ def build_benchmarks_asset(spec: StageSpec) -> dg.AssetsDefinition:
             output = run.workdir / "timing.json"
             if "command" in params:
                 python = artefacts.read_manifest(run.key, str(env_stage))["python"]
-                argv = [python if a == "python" else str(a).replace("{output}", str(output))
-                        for a in params["command"]]
-                run_command(argv, cwd=run.workdir, timeout_s=BENCHMARK_TIMEOUT_S,
-                            log_path=run.workdir / "benchmark.log")
+                argv = [
+                    python if a == "python" else str(a).replace("{output}", str(output))
+                    for a in params["command"]
+                ]
+                run_command(
+                    argv,
+                    cwd=run.workdir,
+                    timeout_s=BENCHMARK_TIMEOUT_S,
+                    log_path=run.workdir / "benchmark.log",
+                )
             else:
                 upstream = artefacts.read_manifest(run.key, params["from_stage"])
                 if "timing_file" not in upstream:
@@ -46,7 +51,8 @@ def build_benchmarks_asset(spec: StageSpec) -> dg.AssetsDefinition:
             results = read_timing_file(output)
             warehouse.store().record_benchmarks(run.key, results)
             run.manifest["benchmarks"] = {
-                r.name: {"value": r.value, "unit": r.unit, "lower_is_better": r.lower_is_better} for r in results
+                r.name: {"value": r.value, "unit": r.unit, "lower_is_better": r.lower_is_better}
+                for r in results
             }
             run.detail = ", ".join(f"{r.name}={r.value:.4g}{r.unit}" for r in results)
         return dg.MaterializeResult(
@@ -60,7 +66,9 @@ def build_perf_baseline_asset(spec: StageSpec) -> dg.AssetsDefinition:
     bench_stage = spec.upstream_stage("benchmarks")
     thresholds = spec.pipeline.thresholds
 
-    @dg.asset(**spec.asset_args(check_specs=checks.baseline_check_specs(spec.key, thresholds.benchmark_slowdown)))
+    @dg.asset(
+        **spec.asset_args(check_specs=checks.baseline_check_specs(spec.key, thresholds.benchmark_slowdown))
+    )
     def _perf_baseline(
         context: dg.AssetExecutionContext, artefacts: ArtefactStoreResource, warehouse: WarehouseResource
     ) -> Iterator[dg.MaterializeResult]:
@@ -71,20 +79,28 @@ def build_perf_baseline_asset(spec: StageSpec) -> dg.AssetsDefinition:
             comparison = {}
             for name, row in tonight.items():
                 history = store.benchmark_history(
-                    run.key.pipeline, run.key.target, name, before=run.key.night, limit=thresholds.baseline_nights
+                    run.key.pipeline,
+                    run.key.target,
+                    name,
+                    before=run.key.night,
+                    limit=thresholds.baseline_nights,
                 )
                 baseline = statistics.median(v for _, v in history) if history else None
                 comparison[name] = {
-                    **row, "baseline": baseline, "nights": len(history),
+                    **row,
+                    "baseline": baseline,
+                    "nights": len(history),
                     "ratio": round(row["value"] / baseline, 4) if baseline else None,
                 }
             run.manifest["comparison"] = comparison
             run.detail = ", ".join(
-                f"{n} {c['ratio']:.2f}x" if c["ratio"] else f"{n} (first night)" for n, c in comparison.items()
+                f"{n} {c['ratio']:.2f}x" if c["ratio"] else f"{n} (first night)"
+                for n, c in comparison.items()
             )
         table = "| benchmark | tonight | baseline | nights | ratio |\n|---|---|---|---|---|\n" + "\n".join(
-            f"| {n} | {c['value']:.4g} | {c['baseline'] if c['baseline'] is None else format(c['baseline'], '.4g')} "
-            f"| {c['nights']} | {c['ratio'] if c['ratio'] is not None else 'n/a'} |" for n, c in comparison.items()
+            f"| {n} | {c['value']:.4g} | {_fmt(c['baseline'])} "
+            f"| {c['nights']} | {c['ratio'] if c['ratio'] is not None else 'n/a'} |"
+            for n, c in comparison.items()
         )
         yield dg.MaterializeResult(
             metadata={"comparison": dg.MetadataValue.md(table)},
@@ -92,3 +108,7 @@ def build_perf_baseline_asset(spec: StageSpec) -> dg.AssetsDefinition:
         )
 
     return _perf_baseline
+
+
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None else format(value, ".4g")

@@ -12,7 +12,8 @@ WITHIN_BASELINE = "benchmarks_within_baseline"
 def baseline_check_specs(key: dg.AssetKey, slowdown: float) -> list[dg.AssetCheckSpec]:
     return [
         dg.AssetCheckSpec(
-            WITHIN_BASELINE, asset=key,
+            WITHIN_BASELINE,
+            asset=key,
             description=f"No benchmark is more than {slowdown:g}x worse than its baseline.",
         )
     ]
@@ -31,11 +32,16 @@ def regressions(comparison: dict[str, dict[str, Any]], slowdown: float) -> list[
     return found
 
 
-def within_baseline(key: dg.AssetKey, comparison: dict[str, dict[str, Any]], slowdown: float) -> dg.AssetCheckResult:
+def within_baseline(
+    key: dg.AssetKey, comparison: dict[str, dict[str, Any]], slowdown: float
+) -> dg.AssetCheckResult:
     found = regressions(comparison, slowdown)
     compared = sum(1 for row in comparison.values() if row.get("ratio") is not None)
     return dg.AssetCheckResult(
-        check_name=WITHIN_BASELINE, asset_key=key, passed=not found, severity=dg.AssetCheckSeverity.WARN,
+        check_name=WITHIN_BASELINE,
+        asset_key=key,
+        passed=not found,
+        severity=dg.AssetCheckSeverity.WARN,
         description="; ".join(found) or f"{compared} benchmark(s) within {slowdown:g}x of baseline",
         metadata={"regressions": len(found), "compared": compared},
     )

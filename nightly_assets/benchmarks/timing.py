@@ -37,11 +37,19 @@ def _entry(path: Path, index: int, entry: Any) -> BenchmarkResult:
     if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
         raise TimingFileError(f"{path}: benchmarks[{index}] needs a string 'name'")
     value = entry.get("value")
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value < 0
+    ):
         raise TimingFileError(
-            f"{path}: benchmarks[{index}] ({entry['name']}): 'value' must be a finite number >= 0, got {value!r}"
+            f"{path}: benchmarks[{index}] ({entry['name']}): 'value' must be a finite number >= 0, "
+            f"got {value!r}"
         )
     return BenchmarkResult(
-        name=entry["name"], value=float(value), unit=str(entry.get("unit", "s")),
+        name=entry["name"],
+        value=float(value),
+        unit=str(entry.get("unit", "s")),
         lower_is_better=bool(entry.get("lower_is_better", True)),
     )

@@ -1,6 +1,5 @@
 """Build stages: wheels (and sdists) from the pinned sources, and a fresh environment with them."""
 
-
 import hashlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -47,8 +46,9 @@ def build_wheels_asset(spec: StageSpec) -> dg.AssetsDefinition:
             context.log.info(f"built {run.detail}")
         yield dg.MaterializeResult(
             metadata={
-                "files": dg.MetadataValue.md("\n".join(
-                    f"- `{f.name}` {f.stat().st_size} B sha256 `{_sha256(f)[:16]}`" for f in files)),
+                "files": dg.MetadataValue.md(
+                    "\n".join(f"- `{f.name}` {f.stat().st_size} B sha256 `{_sha256(f)[:16]}`" for f in files)
+                ),
                 "wheel_count": len(wheels),
                 "artefacts": dg.MetadataValue.path(str(out)),
             },

@@ -14,7 +14,9 @@ WHEEL_METADATA_VALID = "wheel_metadata_valid"
 def wheel_check_specs(key: dg.AssetKey) -> list[dg.AssetCheckSpec]:
     return [
         dg.AssetCheckSpec(
-            WHEEL_METADATA_VALID, asset=key, blocking=True,
+            WHEEL_METADATA_VALID,
+            asset=key,
+            blocking=True,
             description="Every wheel's METADATA names the same project and version as its file name.",
         )
     ]
@@ -25,7 +27,9 @@ def wheel_metadata_valid(key: dg.AssetKey, wheels: list[Path]) -> dg.AssetCheckR
     if not wheels:
         problems = ["no wheel was built"]
     return dg.AssetCheckResult(
-        check_name=WHEEL_METADATA_VALID, asset_key=key, passed=not problems,
+        check_name=WHEEL_METADATA_VALID,
+        asset_key=key,
+        passed=not problems,
         severity=dg.AssetCheckSeverity.ERROR,
         description="; ".join(problems) or f"{len(wheels)} wheel(s) valid",
         metadata={"wheels": len(wheels)},

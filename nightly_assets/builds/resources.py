@@ -21,16 +21,28 @@ class PythonBuildResource(dg.ConfigurableResource):
     def build_wheels(self, src: Path, out: Path, log: Path) -> list[Path]:
         out.mkdir(parents=True, exist_ok=True)
         run_command(
-            [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
-             "--wheel-dir", out, src],
-            timeout_s=self.build_timeout_s, log_path=log,
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "wheel",
+                "--no-deps",
+                "--no-build-isolation",
+                "--no-index",
+                "--wheel-dir",
+                out,
+                src,
+            ],
+            timeout_s=self.build_timeout_s,
+            log_path=log,
         )
         return sorted(out.glob("*.whl"))
 
     def build_sdist(self, src: Path, out: Path, log: Path) -> list[Path]:
         run_command(
             [sys.executable, "-m", "build", "--sdist", "--no-isolation", "--outdir", out, src],
-            timeout_s=self.build_timeout_s, log_path=log,
+            timeout_s=self.build_timeout_s,
+            log_path=log,
         )
         return sorted(out.glob("*.tar.gz"))
 
@@ -39,9 +51,20 @@ class PythonBuildResource(dg.ConfigurableResource):
         run_command([sys.executable, "-m", "venv", "--without-pip", dest], timeout_s=300)
         python = dest / "bin" / "python"
         run_command(
-            [sys.executable, "-m", "pip", "--python", python, "install", "--no-index",
-             "--find-links", wheels[0].parent, *wheels],
-            timeout_s=self.build_timeout_s, log_path=log,
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "--python",
+                python,
+                "install",
+                "--no-index",
+                "--find-links",
+                wheels[0].parent,
+                *wheels,
+            ],
+            timeout_s=self.build_timeout_s,
+            log_path=log,
         )
         site = run_command(
             [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], timeout_s=60

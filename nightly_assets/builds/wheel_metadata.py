@@ -32,7 +32,9 @@ def wheel_problems(path: Path) -> list[str]:
         return [f"{path.name}: not a zip archive"]
     problems = [f"{path.name}: METADATA has no {f}" for f in REQUIRED_FIELDS if not metadata.get(f)]
     if metadata.get("Name") and canonicalize_name(metadata["Name"]) != name:
-        problems.append(f"{path.name}: METADATA Name {metadata['Name']!r} differs from the file name's {name!r}")
+        problems.append(
+            f"{path.name}: METADATA Name {metadata['Name']!r} differs from the file name's {name!r}"
+        )
     if metadata.get("Version") and metadata["Version"] != str(version):
         problems.append(
             f"{path.name}: METADATA Version {metadata['Version']!r} differs from the file name's {version}"

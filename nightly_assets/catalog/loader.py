@@ -1,4 +1,4 @@
-"""Load the catalog folder (runners.yaml + pipelines/*.yaml) into typed models, or say exactly what is wrong."""
+"""Load the catalog folder (runners.yaml + pipelines/*.yaml) into typed models, or say what is wrong."""
 
 from __future__ import annotations
 
@@ -47,8 +47,9 @@ def load_catalog(directory: Path | None = None) -> Catalog:
                         f"under {directory}"
                     )
         pipelines[pipeline.name] = pipeline
+    pools = _mapping(runners_file, runners_doc, "pools")
     try:
-        return Catalog(runners=runners, pipelines=pipelines)
+        return Catalog(pools=pools, runners=runners, pipelines=pipelines)
     except ValidationError as exc:
         raise CatalogError(f"{directory}: {_describe(exc)}") from None
 
@@ -96,7 +97,7 @@ def _describe(exc: ValidationError, prefix: str = "", document: Any = None) -> s
 
 
 def _location(loc: tuple[int | str, ...], document: Any) -> str:
-    """Render a pydantic location; list items get the entry's name so `stages[3]` reads `stages[3:tests_unit]`."""
+    """Render a pydantic location; list items carry the entry's name: `stages[3:tests_unit]`."""
     parts: list[str] = []
     node = document
     for part in loc:

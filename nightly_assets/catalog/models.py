@@ -185,11 +185,15 @@ class Pipeline(StrictModel):
 
 
 class Catalog(StrictModel):
+    pools: dict[str, Annotated[int, Field(ge=1)]]
     runners: dict[str, Runner]
     pipelines: dict[str, Pipeline]
 
     @model_validator(mode="after")
     def _runners_exist(self) -> Catalog:
+        for name, spec in self.runners.items():
+            if spec.pool is not None and spec.pool not in self.pools:
+                raise ValueError(f"runner '{name}' holds pool '{spec.pool}', which 'pools' does not limit")
         for pipeline in self.pipelines.values():
             arches = {t.arch for t in pipeline.targets}
             for stage in pipeline.stages:

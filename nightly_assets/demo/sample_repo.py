@@ -220,8 +220,11 @@ def _git_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
 
 def _git(repo: Path, *args: str, extra_env: Mapping[str, str] | None = None) -> str:
     cmd = ["git", "-C", str(repo), *args]
+    env = _git_env(extra_env)
+    # never fall back to a repository above `repo` (e.g. when repo/.git is broken)
+    env["GIT_CEILING_DIRECTORIES"] = str(Path(repo).absolute().parent)
     try:
-        proc = subprocess.run(cmd, check=True, capture_output=True, text=True, env=_git_env(extra_env))
+        proc = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
     except FileNotFoundError as exc:
         raise GitError("git is not installed or not on PATH") from exc
     except subprocess.CalledProcessError as exc:

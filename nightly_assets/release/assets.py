@@ -1,6 +1,5 @@
 """Release stages: publish the night's packages once every blocking check upstream passed."""
 
-
 from pathlib import Path
 
 import dagster as dg

@@ -4,7 +4,6 @@ Their assets exist so each pipeline's lineage is complete; materializing one fai
 with a message that says what is missing, instead of pretending to have done the work.
 """
 
-
 import dagster as dg
 
 from nightly_assets.artefacts.resources import ArtefactStoreResource

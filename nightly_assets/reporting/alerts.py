@@ -20,8 +20,9 @@ def alerts_for_run(instance: dg.DagsterInstance, run: dg.DagsterRun, catalog: Ca
     partition = run.tags.get(PARTITION_TAG, "unpartitioned")
     errors: list[str] = []
     warnings: list[str] = []
-    for record in instance.all_logs(run.run_id, of_type={DagsterEventType.STEP_FAILURE,
-                                                          DagsterEventType.ASSET_CHECK_EVALUATION}):
+    for record in instance.all_logs(
+        run.run_id, of_type={DagsterEventType.STEP_FAILURE, DagsterEventType.ASSET_CHECK_EVALUATION}
+    ):
         event = record.dagster_event
         if event is None:
             continue
@@ -39,9 +40,21 @@ def alerts_for_run(instance: dg.DagsterInstance, run: dg.DagsterRun, catalog: Ca
         (errors if evaluation.severity == dg.AssetCheckSeverity.ERROR else warnings).append(line)  # type: ignore[union-attr]
     alerts = []
     if errors or run.status == dg.DagsterRunStatus.FAILURE:
-        alerts.append(Alert(pipeline, partition, "error", f"{pipeline} night failed", run.run_id, channel,
-                            errors or ["the run failed before any step reported"]))
+        alerts.append(
+            Alert(
+                pipeline,
+                partition,
+                "error",
+                f"{pipeline} night failed",
+                run.run_id,
+                channel,
+                errors or ["the run failed before any step reported"],
+            )
+        )
     if warnings:
-        alerts.append(Alert(pipeline, partition, "warn", f"{pipeline} night has warnings", run.run_id,
-                            channel, warnings))
+        alerts.append(
+            Alert(
+                pipeline, partition, "warn", f"{pipeline} night has warnings", run.run_id, channel, warnings
+            )
+        )
     return alerts

@@ -1,6 +1,5 @@
 """The night summary stage: the table of every stage, written as a file and as Markdown metadata."""
 
-
 import dagster as dg
 
 from nightly_assets.artefacts.resources import ArtefactStoreResource
@@ -24,15 +23,25 @@ def build_night_summary_asset(spec: StageSpec) -> dg.AssetsDefinition:
             markdown = summary_markdown(run.key, rows, suites)
             path = run.workdir / "summary.md"
             path.write_text(markdown)
-            pins = next((n.pins for n in store.nights(spec.pipeline.name)
-                         if n.night == run.key.night and n.target == run.key.target), {})
-            store.record_night(run.key, run_id=context.run_id, status=status, pins=pins)
+            pins = next(
+                (
+                    n.pins
+                    for n in store.nights(spec.pipeline.name)
+                    if n.night == run.key.night and n.target == run.key.target
+                ),
+                {},
+            )
+            store.record_night(run.key, run_id=context.run.run_id, status=status, pins=pins)
             run.manifest.update(status=status, summary=str(path), failed_tests=failed_tests)
             run.artefact = str(path)
             run.detail = status
         return dg.MaterializeResult(
-            metadata={"summary": dg.MetadataValue.md(markdown), "status": status,
-                      "failed_tests": failed_tests, "file": dg.MetadataValue.path(str(path))}
+            metadata={
+                "summary": dg.MetadataValue.md(markdown),
+                "status": status,
+                "failed_tests": failed_tests,
+                "file": dg.MetadataValue.path(str(path)),
+            }
         )
 
     return _night_summary

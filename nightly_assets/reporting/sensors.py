@@ -1,6 +1,5 @@
 """Alerts: open-source Dagster does not alert on checks by itself, so these sensors do."""
 
-
 import dagster as dg
 from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
 
@@ -17,7 +16,8 @@ def build_alert_sensors(
     catalog: Catalog, summary_jobs: list[UnresolvedAssetJobDefinition]
 ) -> list[dg.SensorDefinition]:
     @dg.run_failure_sensor(
-        name="night_failure_alerts", request_jobs=summary_jobs,
+        name="night_failure_alerts",
+        request_jobs=summary_jobs,
         default_status=dg.DefaultSensorStatus.RUNNING,
         description="Alerts on a failed night and writes its summary table in a follow-up run.",
     )
@@ -31,12 +31,15 @@ def build_alert_sensors(
         if pipeline is None or partition is None or run.job_name == summary_job_name(pipeline):
             return dg.SkipReason(f"run {run.run_id} is not a night run; alert only")
         return dg.RunRequest(
-            run_key=f"summary-{run.run_id}", job_name=summary_job_name(pipeline),
-            partition_key=partition, tags={"nightly/summary_of": run.run_id},
+            run_key=f"summary-{run.run_id}",
+            job_name=summary_job_name(pipeline),
+            partition_key=partition,
+            tags={"nightly/summary_of": run.run_id},
         )
 
     @dg.run_status_sensor(
-        run_status=dg.DagsterRunStatus.SUCCESS, name="night_check_alerts",
+        run_status=dg.DagsterRunStatus.SUCCESS,
+        name="night_check_alerts",
         default_status=dg.DefaultSensorStatus.RUNNING,
         description="Alerts on failed ERROR and WARN checks of a night that otherwise succeeded.",
     )

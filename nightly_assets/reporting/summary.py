@@ -31,8 +31,16 @@ def summary_rows(pipeline: Pipeline, key: NightKey, store: Warehouse, skip: str 
             rows.append(SummaryRow(stage.name, "skipped", "-", None, "", "did not start"))
             continue
         status = "failure" if row.status == "running" else row.status  # a crash left it running
-        rows.append(SummaryRow(stage.name, status, row.runner, round(row.duration_s / 60, 2),
-                               row.artefact or "", row.detail or ""))
+        rows.append(
+            SummaryRow(
+                stage.name,
+                status,
+                row.runner,
+                round(row.duration_s / 60, 2),
+                row.artefact or "",
+                row.detail or "",
+            )
+        )
     return rows
 
 
@@ -56,11 +64,16 @@ def summary_markdown(key: NightKey, rows: list[SummaryRow], suites: dict[str, di
         artefact = f"[Log & Artifacts]({r.artefact})" if r.artefact else "-"
         lines.append(f"| {r.stage} | {r.status} | {r.runner} | {duration} | {artefact} | {_cell(r.detail)} |")
     if suites:
-        lines += ["", "| Suite | Total | Passed | Failed | Errors | Skipped | Collected |",
-                  "|-------|-------|--------|--------|--------|---------|-----------|"]
+        lines += [
+            "",
+            "| Suite | Total | Passed | Failed | Errors | Skipped | Collected |",
+            "|-------|-------|--------|--------|--------|---------|-----------|",
+        ]
         for suite, c in suites.items():
-            lines.append(f"| {suite} | {c['total']} | {c['passed']} | {c['failed']} | {c['error']} | "
-                         f"{c['skipped']} | {c['collected']} |")
+            lines.append(
+                f"| {suite} | {c['total']} | {c['passed']} | {c['failed']} | {c['error']} | "
+                f"{c['skipped']} | {c['collected']} |"
+            )
     return "\n".join(lines) + "\n"
 
 

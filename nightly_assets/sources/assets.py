@@ -1,6 +1,5 @@
 """The sources stage: every repository at its commit at the end of the night, patched."""
 
-
 import dagster as dg
 
 from nightly_assets.artefacts.resources import ArtefactStoreResource
@@ -22,9 +21,15 @@ def build_sources_asset(spec: StageSpec) -> dg.AssetsDefinition:
         with recorded_stage(context, spec, artefacts, warehouse) as run:
             store = warehouse.store()
             store.clear_stages(run.key, keep=spec.stage.name)  # a new night run replaces the old one
-            recorded = next((n.pins for n in store.nights(spec.pipeline.name)
-                             if n.night == run.key.night and n.target == run.key.target), {})
-            repos = {}
+            recorded = next(
+                (
+                    n.pins
+                    for n in store.nights(spec.pipeline.name)
+                    if n.night == run.key.night and n.target == run.key.target
+                ),
+                {},
+            )
+            repos: dict[str, dict[str, str]] = {}
             for repo in spec.pipeline.repositories:
                 ref = run.target.repo_refs.get(repo.name, repo.ref)
                 pin = git.pin(repo.name, repo.url, repo.branch, night_end(run.key.night), ref)
@@ -39,13 +44,21 @@ def build_sources_asset(spec: StageSpec) -> dg.AssetsDefinition:
                 for patch in repo.patches:
                     git.apply_patch(checkout, spec.catalog_dir / patch)
                 repos[repo.name] = {
-                    "url": repo.url, "branch": ref or repo.branch, "sha": pin.sha,
-                    "committed_at": pin.committed_at, "subject": pin.subject,
-                    "path": str(checkout), "patches": list(repo.patches),
+                    "url": repo.url,
+                    "branch": ref or repo.branch,
+                    "sha": pin.sha,
+                    "committed_at": pin.committed_at,
+                    "subject": pin.subject,
+                    "path": str(checkout),
+                    "patches": ", ".join(repo.patches),
                 }
                 context.log.info(f"{repo.name}: {pin.sha[:12]} ({pin.committed_at}) {pin.subject}")
-            store.record_night(run.key, run_id=context.run_id, status="running",
-                               pins={name: r["sha"] for name, r in repos.items()})
+            store.record_night(
+                run.key,
+                run_id=context.run.run_id,
+                status="running",
+                pins={name: r["sha"] for name, r in repos.items()},
+            )
             run.manifest["repos"] = repos
             run.detail = ", ".join(f"{n}@{r['sha'][:10]}" for n, r in repos.items())
         return dg.MaterializeResult(
@@ -55,7 +68,8 @@ def build_sources_asset(spec: StageSpec) -> dg.AssetsDefinition:
                     "| repository | commit | committed | subject | patches |\n|---|---|---|---|---|\n"
                     + "\n".join(
                         f"| {n} | `{r['sha'][:12]}` | {r['committed_at']} | {r['subject']} | "
-                        f"{len(r['patches'])} |" for n, r in repos.items()
+                        f"{r['patches'] or 'none'} |"
+                        for n, r in repos.items()
                     )
                 ),
                 "night_end": night_end(run.key.night).isoformat(),

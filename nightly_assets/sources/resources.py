@@ -37,7 +37,8 @@ class GitSourcesResource(dg.ConfigurableResource):
     def resolve_url(self, url: str) -> str:
         if url.startswith(SAMPLE_SCHEME):
             repo = Path(self.cache_dir) / "sample" / url.removeprefix(SAMPLE_SCHEME)
-            ensure_sample_repo(repo)
+            if not (repo / ".git").exists():
+                ensure_sample_repo(repo)  # built once; afterwards it is an upstream like any other
             return str(repo)
         return url
 
@@ -64,7 +65,14 @@ class GitSourcesResource(dg.ConfigurableResource):
             args = ["rev-list", "-1", f"{rev}^{{commit}}", "--"]
         else:
             rev = _checked_ref(name, branch)
-            args = ["rev-list", "-1", "--first-parent", f"--before={before.isoformat()}", f"refs/heads/{rev}", "--"]
+            args = [
+                "rev-list",
+                "-1",
+                "--first-parent",
+                f"--before={before.isoformat()}",
+                f"refs/heads/{rev}",
+                "--",
+            ]
         try:
             sha = _git(["-C", str(mirror), *args], 60).output.strip()
         except CommandError as exc:

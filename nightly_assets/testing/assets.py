@@ -1,6 +1,5 @@
 """Test suite stages: run a suite by markers where the catalog says, parse JUnit, record, check."""
 
-
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,7 +23,11 @@ def build_test_suite_asset(spec: StageSpec) -> dg.AssetsDefinition:
     env_stage = spec.upstream_stage("environment", "docker_image")
     sources_stage = spec.pipeline.stages_of("sources")[0].name
 
-    @dg.asset(**spec.asset_args(check_specs=checks.test_report_check_specs(spec.key, thresholds.test_count_drop_pct)))
+    @dg.asset(
+        **spec.asset_args(
+            check_specs=checks.test_report_check_specs(spec.key, thresholds.test_count_drop_pct)
+        )
+    )
     def _test_report(
         context: dg.AssetExecutionContext,
         artefacts: ArtefactStoreResource,
@@ -42,12 +45,15 @@ def build_test_suite_asset(spec: StageSpec) -> dg.AssetsDefinition:
             store = warehouse.store()
             previous = store.previous_suite_total(run.key, spec.stage.name)
             store.record_test_report(run.key, report)
-            run.manifest.update(report=report.counts(), collect_only=report.collect_only,
-                                junit=list(report.source_files))
+            run.manifest.update(
+                report=report.counts(), collect_only=report.collect_only, junit=list(report.source_files)
+            )
+            run.status = "success" if report.passed_all else "failure"
             run.detail = f"{report.count('passed')}/{report.total} passed" + (
-                " (collect-only)" if report.collect_only else "")
+                " (collect-only)" if report.collect_only else ""
+            )
         yield dg.MaterializeResult(
-            metadata={**report_metadata(report), "artefacts": dg.MetadataValue.path(str(run.workdir))},
+            metadata={**report_metadata(report), "artefacts": dg.MetadataValue.path(str(run.workdir))},  # type: ignore[dict-item]
             check_results=[
                 checks.tests_passed(spec.key, report),
                 checks.test_count_stable(spec.key, report, previous, thresholds.test_count_drop_pct),
@@ -58,8 +64,13 @@ def build_test_suite_asset(spec: StageSpec) -> dg.AssetsDefinition:
 
 
 def _run_suite(
-    context: dg.AssetExecutionContext, run: StageRun, suite: Suite, name: str,
-    test_runner: LocalTestRunnerResource, environment: dict, rootdir: Path,
+    context: dg.AssetExecutionContext,
+    run: StageRun,
+    suite: Suite,
+    name: str,
+    test_runner: LocalTestRunnerResource,
+    environment: dict,
+    rootdir: Path,
 ) -> TestReport:
     assert suite.markers is not None  # Bazel suites run through the RBE resource (issue #4)
     markers = suite.markers.format(arch=run.target.arch, **run.target.params)
@@ -70,7 +81,9 @@ def _run_suite(
     log = run.workdir / "pytest.log"
     timeout_s = suite.timeout_minutes * 60
     if collect_only:
-        context.log.info(f"{name}: collect-only ({run.target.arch}, {gpus} GPU(s), suite needs {suite.min_gpus})")
+        context.log.info(
+            f"{name}: collect-only ({run.target.arch}, {gpus} GPU(s), suite needs {suite.min_gpus})"
+        )
         result = test_runner.collect_pytest(python, rootdir, suite.paths, markers, timeout_s, log)
         report = parse_collect_only(result.output, name, run.runner_name)
     else:

@@ -15,12 +15,15 @@ TEST_COUNT_STABLE = "test_count_stable"
 def test_report_check_specs(key: dg.AssetKey, max_drop_pct: float) -> list[dg.AssetCheckSpec]:
     return [
         dg.AssetCheckSpec(
-            TESTS_PASSED, asset=key, blocking=True,
+            TESTS_PASSED,
+            asset=key,
+            blocking=True,
             description="Every test of the suite passed (or, collect-only, was collected); gates release.",
         ),
         dg.AssetCheckSpec(
-            TEST_COUNT_STABLE, asset=key,
-            description=f"The suite has not lost more than {max_drop_pct:g} % of its tests since the previous night.",
+            TEST_COUNT_STABLE,
+            asset=key,
+            description=f"The suite lost at most {max_drop_pct:g} % of its tests since the previous night.",
         ),
     ]
 
@@ -33,7 +36,10 @@ def tests_passed(key: dg.AssetKey, report: TestReport) -> dg.AssetCheckResult:
         passed = report.passed_all
         summary = f"{report.count('passed')} passed, {len(report.failures)} failed of {report.total}"
     return dg.AssetCheckResult(
-        check_name=TESTS_PASSED, asset_key=key, passed=passed, severity=dg.AssetCheckSeverity.ERROR,
+        check_name=TESTS_PASSED,
+        asset_key=key,
+        passed=passed,
+        severity=dg.AssetCheckSeverity.ERROR,
         description=summary,
         metadata={
             "failed_tests": dg.MetadataValue.text(
@@ -49,15 +55,25 @@ def test_count_stable(
     if previous is None or report.collect_only:
         why = "collect-only night" if report.collect_only else "no earlier night to compare with"
         return dg.AssetCheckResult(
-            check_name=TEST_COUNT_STABLE, asset_key=key, passed=True,
-            severity=dg.AssetCheckSeverity.WARN, description=why, metadata={"total": report.total},
+            check_name=TEST_COUNT_STABLE,
+            asset_key=key,
+            passed=True,
+            severity=dg.AssetCheckSeverity.WARN,
+            description=why,
+            metadata={"total": report.total},
         )
     night, before = previous
     drop_pct = 100.0 * (before - report.total) / before if before else 0.0
     return dg.AssetCheckResult(
-        check_name=TEST_COUNT_STABLE, asset_key=key, passed=drop_pct <= max_drop_pct,
+        check_name=TEST_COUNT_STABLE,
+        asset_key=key,
+        passed=drop_pct <= max_drop_pct,
         severity=dg.AssetCheckSeverity.WARN,
         description=f"{report.total} tests tonight, {before} on {night.isoformat()} ({-drop_pct:+.1f} %)",
-        metadata={"total": report.total, "previous_total": before, "previous_night": night.isoformat(),
-                  "drop_pct": round(drop_pct, 2)},
+        metadata={
+            "total": report.total,
+            "previous_total": before,
+            "previous_night": night.isoformat(),
+            "drop_pct": round(drop_pct, 2),
+        },
     )

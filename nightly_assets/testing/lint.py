@@ -19,8 +19,12 @@ LINT_CLEAN = "lint_clean"
 def build_lint_asset(spec: StageSpec) -> dg.AssetsDefinition:
     sources_stage = spec.pipeline.stages_of("sources")[0].name
     repo = spec.stage.params.get("repo", spec.pipeline.repositories[0].name)
-    check = dg.AssetCheckSpec(LINT_CLEAN, asset=spec.key, blocking=True,
-                              description="ruff reports no finding in the pinned checkout.")
+    check = dg.AssetCheckSpec(
+        LINT_CLEAN,
+        asset=spec.key,
+        blocking=True,
+        description="ruff reports no finding in the pinned checkout.",
+    )
 
     @dg.asset(**spec.asset_args(check_specs=[check]))
     def _lint(
@@ -32,7 +36,9 @@ def build_lint_asset(spec: StageSpec) -> dg.AssetsDefinition:
             src = Path(artefacts.read_manifest(run.key, sources_stage)["repos"][repo]["path"])
             result = run_command(
                 [sys.executable, "-m", "ruff", "check", "--output-format", "json", "--exit-zero", "."],
-                cwd=src, timeout_s=900, log_path=run.workdir / "ruff.json",
+                cwd=src,
+                timeout_s=900,
+                log_path=run.workdir / "ruff.json",
             )
             findings = json.loads(result.output or "[]")
             run.manifest["findings"] = len(findings)
@@ -40,11 +46,16 @@ def build_lint_asset(spec: StageSpec) -> dg.AssetsDefinition:
         lines = [f"{f['filename']}:{f['location']['row']}: {f['code']} {f['message']}" for f in findings[:50]]
         yield dg.MaterializeResult(
             metadata={"findings": len(findings)},
-            check_results=[dg.AssetCheckResult(
-                check_name=LINT_CLEAN, asset_key=spec.key, passed=not findings,
-                severity=dg.AssetCheckSeverity.ERROR, description=run.detail,
-                metadata={"first_findings": dg.MetadataValue.text("\n".join(lines) or "none")},
-            )],
+            check_results=[
+                dg.AssetCheckResult(
+                    check_name=LINT_CLEAN,
+                    asset_key=spec.key,
+                    passed=not findings,
+                    severity=dg.AssetCheckSeverity.ERROR,
+                    description=run.detail,
+                    metadata={"first_findings": dg.MetadataValue.text("\n".join(lines) or "none")},
+                )
+            ],
         )
 
     return _lint

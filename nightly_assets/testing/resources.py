@@ -24,25 +24,72 @@ class LocalTestRunnerResource(dg.ConfigurableResource):
     """Runs pytest with the environment's interpreter on this machine."""
 
     def run_pytest(
-        self, python: Path, rootdir: Path, paths: list[str], markers: str, junit: Path,
-        timeout_s: float, log: Path, env: dict[str, str] | None = None,
+        self,
+        python: Path,
+        rootdir: Path,
+        paths: list[str],
+        markers: str,
+        junit: Path,
+        timeout_s: float,
+        log: Path,
+        env: dict[str, str] | None = None,
     ) -> CommandResult:
         result = run_command(
-            [python, "-m", "pytest", *paths, "-m", markers, f"--junitxml={junit}",
-             "-o", "junit_family=xunit2", "-p", "no:cacheprovider", "--rootdir", rootdir, "-q"],
-            cwd=rootdir, env=env, timeout_s=timeout_s, log_path=log, check=False,
+            [
+                python,
+                "-m",
+                "pytest",
+                *paths,
+                "-m",
+                markers,
+                f"--junitxml={junit}",
+                "-o",
+                "junit_family=xunit2",
+                "-p",
+                "no:cacheprovider",
+                "--rootdir",
+                rootdir,
+                "-q",
+            ],
+            cwd=rootdir,
+            env=env,
+            timeout_s=timeout_s,
+            log_path=log,
+            check=False,
         )
         _usable(result)
         return result
 
     def collect_pytest(
-        self, python: Path, rootdir: Path, paths: list[str], markers: str, timeout_s: float,
-        log: Path, env: dict[str, str] | None = None,
+        self,
+        python: Path,
+        rootdir: Path,
+        paths: list[str],
+        markers: str,
+        timeout_s: float,
+        log: Path,
+        env: dict[str, str] | None = None,
     ) -> CommandResult:
         result = run_command(
-            [python, "-m", "pytest", *paths, "-m", markers, "--collect-only", "-q",
-             "-p", "no:cacheprovider", "--rootdir", rootdir],
-            cwd=rootdir, env=env, timeout_s=timeout_s, log_path=log, check=False,
+            [
+                python,
+                "-m",
+                "pytest",
+                *paths,
+                "-m",
+                markers,
+                "--collect-only",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                "--rootdir",
+                rootdir,
+            ],
+            cwd=rootdir,
+            env=env,
+            timeout_s=timeout_s,
+            log_path=log,
+            check=False,
         )
         _usable(result)
         return result

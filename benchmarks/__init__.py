@@ -1,0 +1,1 @@
+"""Benchmarks: each prints ratios measured against a baseline taken in the same run."""
