@@ -39,6 +39,8 @@ def main() -> dict[str, float]:
     print(f"definitions load (median of {REPEATS} fresh interpreters)")
     print(f"  import dagster                {baseline:6.2f} s   (baseline)")
     print(f"  demo-only catalog             {demo:6.2f} s   {demo / baseline:5.2f}x baseline")
-    print(f"  full catalog (7 pipelines)    {full:6.2f} s   {full / baseline:5.2f}x baseline, "
-          f"{full / demo:5.2f}x demo-only")
+    print(
+        f"  full catalog (7 pipelines)    {full:6.2f} s   {full / baseline:5.2f}x baseline, "
+        f"{full / demo:5.2f}x demo-only"
+    )
     return {"load_vs_import_dagster": full / baseline, "full_vs_demo_only": full / demo}

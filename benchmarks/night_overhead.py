@@ -39,6 +39,8 @@ def main() -> dict[str, float]:
                     for r in instance.all_logs(outcome.run.run_id, of_type=DagsterEventType.STEP_SUCCESS)
                 )
                 ratios.append(wall / steps)
-                print(f"  {night}: wall {wall:6.2f} s, steps {steps:6.2f} s, "
-                      f"overhead {wall - steps:5.2f} s, ratio {wall / steps:4.2f}x")
+                print(
+                    f"  {night}: wall {wall:6.2f} s, steps {steps:6.2f} s, "
+                    f"overhead {wall - steps:5.2f} s, ratio {wall / steps:4.2f}x"
+                )
     return {"night_wall_vs_steps": max(ratios)}

@@ -225,8 +225,11 @@ def test_failure_sensor_alerts_and_requests_the_summary_run(nights, tmp_path):
     sensor = next(s for s in nights.defs.sensors if s.name == "night_failure_alerts")
     inbox = tmp_path / "sensor_alerts.jsonl"
     context = dg.build_run_status_sensor_context(
-        sensor_name=sensor.name, dagster_event=failure.dagster_event, dagster_instance=nights.instance,
-        dagster_run=outcome.run, resources={"notifier": FileNotifierResource(path=str(inbox))},
+        sensor_name=sensor.name,
+        dagster_event=failure.dagster_event,
+        dagster_instance=nights.instance,
+        dagster_run=outcome.run,
+        resources={"notifier": FileNotifierResource(path=str(inbox))},
     ).for_run_failure()
     request = sensor(context)
     assert isinstance(request, dg.RunRequest)
