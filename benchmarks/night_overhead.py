@@ -35,7 +35,7 @@ def main() -> dict[str, float]:
                 outcome = run_night(defs, instance, catalog, key, notifier)
                 wall = time.perf_counter() - start
                 steps = sum(
-                    r.dagster_event.event_specific_data.duration_ms / 1000
+                    r.get_dagster_event().step_success_data.duration_ms / 1000
                     for r in instance.all_logs(outcome.run.run_id, of_type=DagsterEventType.STEP_SUCCESS)
                 )
                 ratios.append(wall / steps)
