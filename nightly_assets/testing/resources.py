@@ -32,33 +32,10 @@ class LocalTestRunnerResource(dg.ConfigurableResource):
         junit: Path,
         timeout_s: float,
         log: Path,
-        env: dict[str, str] | None = None,
     ) -> CommandResult:
-        result = run_command(
-            [
-                python,
-                "-m",
-                "pytest",
-                *paths,
-                "-m",
-                markers,
-                f"--junitxml={junit}",
-                "-o",
-                "junit_family=xunit2",
-                "-p",
-                "no:cacheprovider",
-                "--rootdir",
-                rootdir,
-                "-q",
-            ],
-            cwd=rootdir,
-            env=env,
-            timeout_s=timeout_s,
-            log_path=log,
-            check=False,
-        )
-        _usable(result)
-        return result
+        """Run the suite, writing JUnit to `junit`."""
+        extra = [f"--junitxml={junit}", "-o", "junit_family=xunit2"]
+        return self._pytest(python, rootdir, [*paths, "-m", markers, *extra], timeout_s, log)
 
     def collect_pytest(
         self,
@@ -68,25 +45,16 @@ class LocalTestRunnerResource(dg.ConfigurableResource):
         markers: str,
         timeout_s: float,
         log: Path,
-        env: dict[str, str] | None = None,
+    ) -> CommandResult:
+        """Only collect the suite (a dry run: seed 001's arm64 targets, suites without their GPUs)."""
+        return self._pytest(python, rootdir, [*paths, "-m", markers, "--collect-only"], timeout_s, log)
+
+    def _pytest(
+        self, python: Path, rootdir: Path, args: list[str | Path], timeout_s: float, log: Path
     ) -> CommandResult:
         result = run_command(
-            [
-                python,
-                "-m",
-                "pytest",
-                *paths,
-                "-m",
-                markers,
-                "--collect-only",
-                "-q",
-                "-p",
-                "no:cacheprovider",
-                "--rootdir",
-                rootdir,
-            ],
+            [python, "-m", "pytest", *args, "-q", "-p", "no:cacheprovider", "--rootdir", rootdir],
             cwd=rootdir,
-            env=env,
             timeout_s=timeout_s,
             log_path=log,
             check=False,
