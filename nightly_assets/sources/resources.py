@@ -10,7 +10,7 @@ from pathlib import Path
 import dagster as dg
 
 from nightly_assets.demo.sample_repo import ensure_sample_repo
-from nightly_assets.process import CommandError, run_command
+from nightly_assets.process import CommandError, CommandResult, run_command
 
 SAMPLE_SCHEME = "sample:"
 _SAFE_REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")
@@ -115,5 +115,5 @@ def _checked_ref(repo: str, ref: str) -> str:
     return ref
 
 
-def _git(args: list[str], timeout_s: float):  # type: ignore[no-untyped-def]
+def _git(args: list[str], timeout_s: float) -> CommandResult:
     return run_command(["git", *args], timeout_s=timeout_s, env={"GIT_TERMINAL_PROMPT": "0"})
