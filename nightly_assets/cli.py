@@ -90,7 +90,7 @@ def _run(catalog: Catalog, name: str, night_text: str, target: str | None) -> in
         store = resources["warehouse"].store()
         print()
         print(summary_markdown(key, summary_rows(pipeline, key, store), store.suite_counts(key)))
-        night_row = next((n for n in store.nights(name) if n.night == night and n.target == t), None)
+        night_row = store.night(key)
         worst = max(
             worst, 0 if outcome.succeeded and night_row is not None and night_row.status == "success" else 1
         )

@@ -55,20 +55,20 @@ class StageSpec:
     def dep_key(self, stage: str) -> dg.AssetKey:
         return dg.AssetKey([self.pipeline.name, stage])
 
-    def upstream_stage(self, *kinds: str) -> str | None:
-        """The nearest stage upstream of this one whose kind is one of `kinds` (breadth first)."""
+    def upstream(self) -> list[str]:
+        """Every stage upstream of this one, nearest first (breadth first)."""
         frontier = list(self.stage.deps)
-        seen: set[str] = set()
+        seen: list[str] = []
         while frontier:
             name = frontier.pop(0)
-            if name in seen:
-                continue
-            seen.add(name)
-            stage = self.pipeline.stage(name)
-            if stage.kind in kinds:
-                return name
-            frontier.extend(stage.deps)
-        return None
+            if name not in seen:
+                seen.append(name)
+                frontier.extend(self.pipeline.stage(name).deps)
+        return seen
+
+    def upstream_stage(self, *kinds: str) -> str | None:
+        """The nearest stage upstream of this one whose kind is one of `kinds`."""
+        return next((n for n in self.upstream() if self.pipeline.stage(n).kind in kinds), None)
 
     @property
     def pool(self) -> str | None:

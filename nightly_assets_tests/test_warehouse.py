@@ -199,3 +199,17 @@ def test_default_warehouse_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv("NIGHTLY_WAREHOUSE_URL", "mysql+pymysql://u@h/db")
     assert default_warehouse_url(tmp_path) == "mysql+pymysql://u@h/db"
     assert "s3cret" not in repr(WarehouseResource(url="mysql+pymysql://u:s3cret@h/db"))
+
+
+def test_night_returns_the_one_key_or_none(warehouse_url):
+    store = Warehouse(warehouse_url)
+    key = NightKey("demo", NIGHT, "cpu")
+    assert store.night(key) is None
+    store.record_night(key, run_id="r1", status="running", pins={"repo": "abc"})
+    store.record_night(NightKey("demo", NIGHT, "gpu"), run_id="r2", status="success", pins={})
+    night = store.night(key)
+    assert night is not None and (night.run_id, night.status, night.pins) == (
+        "r1",
+        "running",
+        {"repo": "abc"},
+    )

@@ -9,6 +9,8 @@ from nightly_assets.warehouse.resources import WarehouseResource
 
 
 def build_night_summary_asset(spec: StageSpec) -> dg.AssetsDefinition:
+    judged = set(spec.upstream())  # the night's status; release comes after the summary
+
     @dg.asset(**spec.asset_args())
     def _night_summary(
         context: dg.AssetExecutionContext, artefacts: ArtefactStoreResource, warehouse: WarehouseResource
@@ -19,18 +21,12 @@ def build_night_summary_asset(spec: StageSpec) -> dg.AssetsDefinition:
             rows = summary_rows(spec.pipeline, run.key, store, skip=spec.stage.name)
             suites = store.suite_counts(run.key)
             failed_tests = sum(c["failed"] + c["error"] for c in suites.values())
-            status = night_status([r for r in rows if r.stage in _upstream(spec)], failed_tests)
+            status = night_status([r for r in rows if r.stage in judged], failed_tests)
             markdown = summary_markdown(run.key, rows, suites)
             path = run.workdir / "summary.md"
             path.write_text(markdown)
-            pins = next(
-                (
-                    n.pins
-                    for n in store.nights(spec.pipeline.name)
-                    if n.night == run.key.night and n.target == run.key.target
-                ),
-                {},
-            )
+            night = store.night(run.key)
+            pins = night.pins if night else {}
             store.record_night(run.key, run_id=context.run.run_id, status=status, pins=pins)
             run.manifest.update(status=status, summary=str(path), failed_tests=failed_tests)
             run.artefact = str(path)
@@ -45,15 +41,3 @@ def build_night_summary_asset(spec: StageSpec) -> dg.AssetsDefinition:
         )
 
     return _night_summary
-
-
-def _upstream(spec: StageSpec) -> set[str]:
-    """The stages the summary reports on: everything upstream of it (release comes after)."""
-    seen: set[str] = set()
-    todo = list(spec.stage.deps)
-    while todo:
-        name = todo.pop()
-        if name not in seen:
-            seen.add(name)
-            todo.extend(spec.pipeline.stage(name).deps)
-    return seen

@@ -21,14 +21,8 @@ def build_sources_asset(spec: StageSpec) -> dg.AssetsDefinition:
         with recorded_stage(context, spec, artefacts, warehouse) as run:
             store = warehouse.store()
             store.clear_stages(run.key, keep=spec.stage.name)  # a new night run replaces the old one
-            recorded = next(
-                (
-                    n.pins
-                    for n in store.nights(spec.pipeline.name)
-                    if n.night == run.key.night and n.target == run.key.target
-                ),
-                {},
-            )
+            earlier = store.night(run.key)
+            recorded = earlier.pins if earlier else {}
             repos: dict[str, dict[str, str]] = {}
             for repo in spec.pipeline.repositories:
                 ref = run.target.repo_refs.get(repo.name, repo.ref)

@@ -286,7 +286,13 @@ class Warehouse:
         if pipeline is not None:
             query = query.where(t.pipeline == pipeline)
         rows = self._read(lambda s: s.scalars(query).all())
-        return [NightRow(r.pipeline, r.night, r.target, r.run_id, r.status, json.loads(r.pins)) for r in rows]
+        return [_night_row(r) for r in rows]
+
+    def night(self, key: NightKey) -> NightRow | None:
+        """The key's night, or None if no run of it has recorded one."""
+        query = select(NightTable).where(*_is_key(NightTable, key))
+        row = self._read(lambda s: s.scalars(query).one_or_none())
+        return None if row is None else _night_row(row)
 
     def row_counts(self, key: NightKey) -> dict[str, int]:
         """Rows per table for the key."""
@@ -383,3 +389,7 @@ def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:
         cursor.execute("PRAGMA journal_mode=WAL")  # readers do not block the writer
     finally:
         cursor.close()
+
+
+def _night_row(row: NightTable) -> NightRow:
+    return NightRow(row.pipeline, row.night, row.target, row.run_id, row.status, json.loads(row.pins))
