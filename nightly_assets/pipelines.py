@@ -11,6 +11,7 @@ from dagster._core.definitions.unresolved_asset_job_definition import Unresolved
 from nightly_assets.benchmarks.assets import build_benchmarks_asset, build_perf_baseline_asset
 from nightly_assets.builds.assets import build_environment_asset, build_wheels_asset
 from nightly_assets.catalog.models import Catalog, Pipeline
+from nightly_assets.containers.assets import build_docker_image_asset
 from nightly_assets.partitions import partition_key, pipeline_partitions
 from nightly_assets.release.assets import build_publish_wheels_asset
 from nightly_assets.remote.pending import PENDING_KINDS, build_pending_asset
@@ -34,6 +35,7 @@ BUILDERS: dict[str, AssetBuilder] = {
     "perf_baseline": build_perf_baseline_asset,
     "night_summary": build_night_summary_asset,
     "publish_wheels": build_publish_wheels_asset,
+    "docker_image": build_docker_image_asset,
     **dict.fromkeys(PENDING_KINDS, build_pending_asset),
 }
 

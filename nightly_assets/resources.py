@@ -11,6 +11,7 @@ from dagster_slack import SlackResource
 
 from nightly_assets.artefacts.resources import ArtefactStoreResource
 from nightly_assets.builds.resources import PythonBuildResource
+from nightly_assets.containers.config import registries_from_env, runner_pool_from_env
 from nightly_assets.release.resources import LocalPackageIndexResource
 from nightly_assets.reporting.resources import FileNotifierResource, SlackNotifierResource
 from nightly_assets.settings import Env
@@ -36,6 +37,8 @@ def resources_for(env: Env, home: Path) -> dict[str, Any]:
         "test_runner": LocalTestRunnerResource(),
         "package_index": LocalPackageIndexResource(root=str(home / "index")),
         "notifier": FileNotifierResource(path=str(home / "alerts.jsonl")),
+        "docker_pool": runner_pool_from_env(),
+        "registries": registries_from_env(),
     }
     if env == "prod":
         resources["notifier"] = SlackNotifierResource(slack=SlackResource(token=dg.EnvVar("SLACK_BOT_TOKEN")))

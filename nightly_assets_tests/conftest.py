@@ -2,7 +2,11 @@
 
 import pytest
 
-pytest_plugins = ["nightly_assets_tests.peers.mysql"]
+pytest_plugins = [
+    "nightly_assets_tests.peers.mysql",
+    "nightly_assets_tests.peers.docker",
+    "nightly_assets_tests.peers.registry",
+]
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ EXPECTED_STAGES = {
     "demo": [
         "sources",
         "wheels",
-        "environment",
+        "image",
         "tests_unit",
         "tests_integration",
         "tests_e2e_gpu_1",
@@ -98,7 +98,7 @@ def test_lineage_reads_like_the_seed_diagram(graph):
         return {p.to_user_string() for p in node.parent_keys}
 
     assert parents("demo/wheels") == {"demo/sources"}
-    assert parents("demo/tests_unit") == {"demo/environment"}
+    assert parents("demo/tests_unit") == {"demo/image"}
     assert parents("demo/release") == {"demo/night_summary", "demo/wheels"}
     assert parents("dynamo/runtime_image") == {"dynamo/framework_image"}
     assert parents("dynamo/tests_e2e_gpu_2") == {"dynamo/runtime_image"}

@@ -9,7 +9,10 @@ import dagster as dg
 from nightly_assets.artefacts.resources import ArtefactStoreResource
 from nightly_assets.benchmarks import checks
 from nightly_assets.benchmarks.timing import read_timing_file
-from nightly_assets.process import run_command
+from nightly_assets.containers.resources import ContainerRegistriesResource, DockerRunnerPoolResource
+from nightly_assets.containers.runner import OUT_DIR
+from nightly_assets.containers.suites import run_in_image, runs_in_image
+from nightly_assets.process import CommandError, run_command
 from nightly_assets.remote.pending import StageNotAvailable, require_local_runner
 from nightly_assets.stages import StageSpec, recorded_stage
 from nightly_assets.warehouse.resources import WarehouseResource
@@ -23,13 +26,37 @@ def build_benchmarks_asset(spec: StageSpec) -> dg.AssetsDefinition:
 
     @dg.asset(**spec.asset_args())
     def _benchmarks(
-        context: dg.AssetExecutionContext, artefacts: ArtefactStoreResource, warehouse: WarehouseResource
+        context: dg.AssetExecutionContext,
+        artefacts: ArtefactStoreResource,
+        warehouse: WarehouseResource,
+        docker_pool: DockerRunnerPoolResource,
+        registries: ContainerRegistriesResource,
     ) -> dg.MaterializeResult:
         """Tonight's benchmark values, read from the timing JSON the benchmark writes."""
         with recorded_stage(context, spec, artefacts, warehouse) as run:
-            require_local_runner(spec, run)
+            environment = artefacts.read_manifest(run.key, env_stage) if env_stage else {}
             output = run.workdir / "timing.json"
-            if "command" in params:
+            if "command" in params and runs_in_image(environment):
+                inside = f"{OUT_DIR}/timing.json"
+                argv = [
+                    environment["python"] if a == "python" else str(a).replace("{output}", inside)
+                    for a in params["command"]
+                ]
+                result = run_in_image(
+                    context,
+                    run,
+                    environment,
+                    docker_pool,
+                    registries,
+                    program=argv,
+                    timeout_s=BENCHMARK_TIMEOUT_S,
+                )
+                if result.returncode != 0:
+                    log = (result.out_dir / "output.log").read_text(errors="replace")[-3000:]
+                    raise CommandError(f"benchmark exited {result.returncode} in the image:\n{log}")
+                output = result.out_dir / "timing.json"
+            elif "command" in params:
+                require_local_runner(spec, run)
                 python = artefacts.read_manifest(run.key, str(env_stage))["python"]
                 argv = [
                     python if a == "python" else str(a).replace("{output}", str(output))
@@ -42,6 +69,7 @@ def build_benchmarks_asset(spec: StageSpec) -> dg.AssetsDefinition:
                     log_path=run.workdir / "benchmark.log",
                 )
             else:
+                require_local_runner(spec, run)
                 upstream = artefacts.read_manifest(run.key, params["from_stage"])
                 if "timing_file" not in upstream:
                     raise StageNotAvailable(

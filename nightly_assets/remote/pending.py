@@ -13,7 +13,6 @@ from nightly_assets.warehouse.resources import WarehouseResource
 # Where each kind of remote work is being built (see the issue tracker).
 PENDING_KINDS = {
     "image_pull": "container images (issue #3)",
-    "docker_image": "container images (issue #3)",
     "promote_images": "container registries (issue #3)",
     "batch_job": "the batch scheduler resource (issue #4)",
     "deploy": "the batch scheduler resource (issue #4)",
@@ -21,11 +20,14 @@ PENDING_KINDS = {
     "analysis_report": "the batch scheduler resource (issue #4)",
 }
 PENDING_RUNNERS = {
-    "docker": "the Docker runner pool (issue #3)",
     "rbe": "the Bazel RBE resource (issue #4)",
     "tpu_vm": "the TPU VM resource (issue #4)",
     "batch": "the batch scheduler resource (issue #4)",
 }
+
+
+# Docker runners run stages inside the night's image; a stage kind that does not is refused.
+_IN_IMAGE = "an image to run in (only test suites and benchmarks run inside the night's image)"
 
 
 class StageNotAvailable(RuntimeError):
@@ -36,7 +38,7 @@ def require_local_runner(spec: StageSpec, run: StageRun) -> None:
     if run.runner is not None and run.runner.kind != "local":
         raise StageNotAvailable(
             f"{spec.key.to_user_string()} runs on '{run.runner_name}' ({run.runner.kind}); "
-            f"that needs {PENDING_RUNNERS[run.runner.kind]}, not available in this deployment"
+            f"that needs {PENDING_RUNNERS.get(run.runner.kind, _IN_IMAGE)}, not available in this deployment"
         )
 
 

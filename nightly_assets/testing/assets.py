@@ -7,12 +7,14 @@ import dagster as dg
 
 from nightly_assets.artefacts.resources import ArtefactStoreResource
 from nightly_assets.catalog.models import Suite
+from nightly_assets.containers.resources import ContainerRegistriesResource, DockerRunnerPoolResource
+from nightly_assets.containers.suites import run_in_image, runs_in_image, visible_gpus
 from nightly_assets.remote.pending import require_local_runner
 from nightly_assets.results import TestReport
 from nightly_assets.stages import StageRun, StageSpec, recorded_stage
 from nightly_assets.testing import checks
 from nightly_assets.testing.junit import parse_collect_only, parse_junit, report_metadata
-from nightly_assets.testing.resources import LocalTestRunnerResource
+from nightly_assets.testing.resources import PYTEST_USABLE_EXIT_CODES, LocalTestRunnerResource, TestRunError
 from nightly_assets.warehouse.resources import WarehouseResource
 
 
@@ -33,15 +35,20 @@ def build_test_suite_asset(spec: StageSpec) -> dg.AssetsDefinition:
         artefacts: ArtefactStoreResource,
         warehouse: WarehouseResource,
         test_runner: LocalTestRunnerResource,
+        docker_pool: DockerRunnerPoolResource,
+        registries: ContainerRegistriesResource,
     ) -> Iterator[dg.MaterializeResult]:
         """JUnit report of one test suite for one night and target."""
         with recorded_stage(context, spec, artefacts, warehouse) as run:
-            require_local_runner(spec, run)
             environment = artefacts.read_manifest(run.key, env_stage) if env_stage else {}
-            sources = artefacts.read_manifest(run.key, sources_stage)
-            repo = spec.stage.params.get("repo", spec.pipeline.repositories[0].name)
-            rootdir = Path(sources["repos"][repo]["path"])
-            report = _run_suite(context, run, suite, spec.stage.name, test_runner, environment, rootdir)
+            if runs_in_image(environment):
+                report = _run_suite_in_image(context, run, suite, spec, environment, docker_pool, registries)
+            else:
+                require_local_runner(spec, run)
+                sources = artefacts.read_manifest(run.key, sources_stage)
+                repo = spec.stage.params.get("repo", spec.pipeline.repositories[0].name)
+                rootdir = Path(sources["repos"][repo]["path"])
+                report = _run_suite(context, run, suite, spec.stage.name, test_runner, environment, rootdir)
             store = warehouse.store()
             previous = store.previous_suite_total(run.key, spec.stage.name)
             store.record_test_report(run.key, report)
@@ -91,5 +98,57 @@ def _run_suite(
         junit = run.workdir / "junit.xml"
         test_runner.run_pytest(python, rootdir, suite.paths, markers, junit, timeout_s, log)
         report = parse_junit(junit, name, run.runner_name)
+    context.log.info(f"{name}: {report.counts()}")
+    return report
+
+
+def _run_suite_in_image(
+    context: dg.AssetExecutionContext,
+    run: StageRun,
+    suite: Suite,
+    spec: StageSpec,
+    environment: dict,
+    pool: DockerRunnerPoolResource,
+    registries: ContainerRegistriesResource,
+) -> TestReport:
+    """The suite in the night's image through Dagster Pipes, on the runner label's Docker host."""
+    assert suite.markers is not None
+    name = spec.stage.name
+    markers = suite.markers.format(arch=run.target.arch, **run.target.params)
+    gpus = visible_gpus(pool, run)
+    collect_only = run.target.arch in suite.collect_only_on or gpus < suite.min_gpus
+    variables = {"arch": run.target.arch, "target": run.target.name, **run.target.params}
+    env = {k: str(v).format(**variables) for k, v in spec.stage.params.get("env", {}).items()}
+    env["NIGHTLY_EXPECTED_DEVICES"] = str(run.target.devices)
+    context.log.info(
+        f"{name}: {'collect-only' if collect_only else 'pytest'} -m {markers!r} in the image "
+        f"({run.target.arch}, {gpus} GPU(s) on '{run.runner_name}', suite needs {suite.min_gpus})"
+    )
+    result = run_in_image(
+        context,
+        run,
+        environment,
+        pool,
+        registries,
+        paths=suite.paths,
+        markers=markers,
+        collect_only=collect_only,
+        timeout_s=suite.timeout_minutes * 60,
+        env=env,
+    )
+    log = result.out_dir / "output.log"
+    output = log.read_text(errors="replace") if log.is_file() else ""
+    if result.timed_out or result.returncode not in PYTEST_USABLE_EXIT_CODES:
+        tail = "\n".join(output.splitlines()[-30:])
+        why = (
+            f"timed out after {suite.timeout_minutes} min"
+            if result.timed_out
+            else f"exited {result.returncode}"
+        )
+        raise TestRunError(f"{name}: pytest in the image {why}; last output:\n{tail}")
+    if collect_only:
+        report = parse_collect_only(output, name, run.runner_name)
+    else:
+        report = parse_junit(result.out_dir / "junit.xml", name, run.runner_name)
     context.log.info(f"{name}: {report.counts()}")
     return report

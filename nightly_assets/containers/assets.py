@@ -1,0 +1,90 @@
+"""Image stages: the framework image (cached from last night) and the runtime image with the night's
+wheels and tests, pushed with seed 001's tags to the registry roles, or a virtualenv instead where
+the stage allows it and no engine answers (the demo on a machine without Docker)."""
+
+import datetime as dt
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+
+from nightly_assets.artefacts.resources import ArtefactStoreResource
+from nightly_assets.builds.resources import PythonBuildResource
+from nightly_assets.containers import checks
+from nightly_assets.containers.images import ImageStage
+from nightly_assets.containers.resources import ContainerRegistriesResource, DockerRunnerPoolResource
+from nightly_assets.stages import StageSpec, recorded_stage
+from nightly_assets.warehouse.resources import WarehouseResource
+
+
+def build_docker_image_asset(spec: StageSpec) -> dg.AssetsDefinition:
+    params = spec.stage.params
+    push_to: list[str] = list(params.get("push_to", []))
+    wheels_stage = spec.upstream_stage("wheels") if params.get("install_wheels") else None
+    base_stage = spec.upstream_stage("docker_image")
+    sources_stage = spec.pipeline.stages_of("sources")[0].name
+
+    @dg.asset(**spec.asset_args(check_specs=checks.image_check_specs(spec.key, push_to)))
+    def _image(
+        context: dg.AssetExecutionContext,
+        docker_pool: DockerRunnerPoolResource,
+        registries: ContainerRegistriesResource,
+        builder: PythonBuildResource,
+        artefacts: ArtefactStoreResource,
+        warehouse: WarehouseResource,
+    ) -> Iterator[dg.MaterializeResult]:
+        """A container image of the night (or its virtualenv stand-in), with digest and build metrics."""
+        with recorded_stage(context, spec, artefacts, warehouse) as run:
+            label = run.runner_name if run.runner is not None else "local"
+            wheels = _wheels(artefacts, run.key, wheels_stage)
+            unavailable = docker_pool.unavailable_reason(label) if params.get("fallback") == "venv" else None
+            if unavailable:
+                context.log.warning(f"{unavailable}: installing into a virtualenv instead")
+                python = builder.create_environment(run.workdir / "venv", wheels, run.workdir / "install.log")
+                run.manifest.update(mode="venv", python=str(python), installed=[w.name for w in wheels])
+                run.detail = f"virtualenv (no image: {unavailable}), {len(wheels)} wheel(s)"
+                metadata: dict[str, Any] = {
+                    "mode": "venv",
+                    "python": str(python),
+                    "why_no_image": unavailable,
+                }
+                check_results: list[dg.AssetCheckResult] = checks.skipped_registry_checks(spec.key, push_to)
+            else:
+                stage = ImageStage(
+                    spec=spec,
+                    run=run,
+                    label=label,
+                    pool=docker_pool,
+                    registries=registries,
+                    log=context.log,
+                    run_id=context.run.run_id,
+                )
+                repo = params.get("repo", spec.pipeline.repositories[0].name)
+                sources = artefacts.read_manifest(run.key, sources_stage)["repos"][repo]
+                base = artefacts.read_manifest(run.key, base_stage) if base_stage else None
+                outcome = stage.build_and_publish(Path(sources["path"]), sources["sha"], wheels, base)
+                run.manifest.update(outcome.manifest)
+                run.artefact = outcome.manifest["reference"]
+                run.detail = outcome.detail
+                metadata = outcome.metadata
+                check_results = (
+                    [checks.image_in_registries(spec.key, registries, outcome.published, outcome.digest)]
+                    if push_to
+                    else []
+                )
+            metadata["artefacts"] = dg.MetadataValue.path(str(run.workdir))
+        yield dg.MaterializeResult(metadata=metadata, check_results=check_results)
+
+    return _image
+
+
+def _wheels(artefacts: ArtefactStoreResource, key: Any, wheels_stage: str | None) -> list[Path]:
+    if wheels_stage is None:
+        return []
+    return [Path(w) for w in artefacts.read_manifest(key, wheels_stage)["wheels"]]
+
+
+def retention_cutoff(night: dt.date, days: int) -> dt.date:
+    """Run tags of nights before this date are deleted (the catalog's `retention_days`)."""
+    return night - dt.timedelta(days=days)

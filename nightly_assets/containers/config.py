@@ -1,0 +1,57 @@
+"""Container resources from the environment: the runner pool file and the registry roles."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from nightly_assets.containers.resources import (
+    DEFAULT_BASE_IMAGE,
+    ContainerRegistriesResource,
+    DockerHost,
+    DockerRunnerPoolResource,
+    RegistryEndpoint,
+)
+
+REGISTRY_ROLES = ("ecr", "acr")
+RUNNER_POOL_VAR = "NIGHTLY_RUNNER_POOL"
+
+
+def runner_pool_from_env() -> DockerRunnerPoolResource:
+    """DOCKER_HOST for every label, or the labels of the YAML file NIGHTLY_RUNNER_POOL names."""
+    default = DockerHost(docker_host=os.environ.get("DOCKER_HOST") or None)
+    hosts: dict[str, DockerHost] = {}
+    path = os.environ.get(RUNNER_POOL_VAR)
+    if path:
+        document = yaml.safe_load(Path(path).read_text()) or {}
+        if not isinstance(document, dict):
+            raise ValueError(f"{RUNNER_POOL_VAR}={path}: expected a mapping with 'default' and 'hosts'")
+        try:
+            default = DockerHost(**document.get("default", {"docker_host": default.docker_host}))
+            hosts = {label: DockerHost(**spec) for label, spec in (document.get("hosts") or {}).items()}
+        except Exception as exc:
+            raise ValueError(f"{RUNNER_POOL_VAR}={path}: {exc}") from exc
+    return DockerRunnerPoolResource(
+        default=default, hosts=hosts, base_image=os.environ.get("NIGHTLY_BASE_IMAGE", DEFAULT_BASE_IMAGE)
+    )
+
+
+def registries_from_env() -> ContainerRegistriesResource:
+    """A role is configured by NIGHTLY_REGISTRY_<ROLE>_URL; its password is read from the environment."""
+    registries: dict[str, Any] = {}
+    for role in REGISTRY_ROLES:
+        prefix = f"NIGHTLY_REGISTRY_{role.upper()}_"
+        url = os.environ.get(prefix + "URL")
+        if not url:
+            continue
+        registries[role] = RegistryEndpoint(
+            url=url,
+            username=os.environ.get(prefix + "USERNAME"),
+            password_env=prefix + "PASSWORD" if os.environ.get(prefix + "PASSWORD") else None,
+            ca_cert=os.environ.get(prefix + "CA_CERT"),
+            namespace=os.environ.get(prefix + "NAMESPACE", ""),
+        )
+    return ContainerRegistriesResource(registries=registries)

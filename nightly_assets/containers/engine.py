@@ -1,0 +1,177 @@
+"""Docker engine work through the docker SDK: build (with cache sources), push with retries, pull.
+
+The engine's streamed JSON is read line by line: errors inside the stream (the SDK does not raise
+for them) become exceptions, the build log goes to a file, and the legacy builder's "Using cache"
+lines give the cache-hit count.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import docker  # type: ignore[import-untyped]
+import docker.errors  # type: ignore[import-untyped]
+
+# Instructions that do not make a layer of their own work (no cache hit to count).
+_UNCOUNTED_STEPS = ("FROM", "ARG")
+
+
+class ImageBuildError(RuntimeError):
+    """The engine could not build the image; the message carries the failing step's output."""
+
+
+class ImagePushError(RuntimeError):
+    """The engine could not push the image after its retries."""
+
+
+@dataclass
+class BuildResult:
+    image_id: str
+    tags: list[str]
+    duration_s: float
+    steps: int
+    cached_steps: int
+    architecture: str
+    size_bytes: int
+    log_path: Path
+
+    @property
+    def cache_hit_share(self) -> float:
+        return self.cached_steps / self.steps if self.steps else 0.0
+
+
+@dataclass
+class PushResult:
+    reference: str
+    digest: str
+    attempts: int
+
+
+@dataclass
+class _BuildStream:
+    steps: int = 0
+    cached: int = 0
+    counting: bool = False
+    image_id: str | None = None
+    tail: list[str] = field(default_factory=list)
+
+    def feed(self, chunk: dict[str, Any]) -> None:
+        text = chunk.get("stream", "")
+        for line in text.splitlines():
+            stripped = line.strip()
+            if stripped.startswith("Step "):
+                instruction = stripped.split(":", 1)[1].strip().split(" ", 1)[0].upper()
+                self.counting = instruction not in _UNCOUNTED_STEPS
+                self.steps += self.counting
+            elif stripped == "---> Using cache" and self.counting:
+                self.cached += 1
+                self.counting = False
+            if stripped:
+                self.tail = [*self.tail[-40:], stripped]
+        if "aux" in chunk and "ID" in chunk["aux"]:
+            self.image_id = chunk["aux"]["ID"]
+        if "error" in chunk or "errorDetail" in chunk:
+            message = chunk.get("error") or chunk["errorDetail"].get("message", "")
+            raise ImageBuildError(f"{message.strip()}\n" + "\n".join(self.tail[-15:]))
+
+
+def build_image(
+    client: docker.DockerClient,
+    context_dir: Path,
+    tags: list[str],
+    *,
+    build_args: dict[str, str],
+    cache_from: list[str],
+    platform: str | None,
+    log_path: Path,
+    timeout_s: int,
+    dockerfile: str = "Dockerfile",
+) -> BuildResult:
+    """Build `context_dir` with the legacy builder (the cache-from semantics the seeds rely on)."""
+    started = time.monotonic()
+    stream = _BuildStream()
+    with log_path.open("w") as log:
+        try:
+            chunks = client.api.build(
+                path=str(context_dir),
+                dockerfile=dockerfile,
+                tag=tags[0],
+                buildargs=build_args,
+                cache_from=cache_from or None,
+                platform=platform,
+                rm=True,
+                forcerm=True,
+                decode=True,
+                timeout=timeout_s,
+            )
+            for chunk in chunks:
+                log.write(chunk.get("stream", "") or json.dumps(chunk) + "\n")
+                stream.feed(chunk)
+        except ImageBuildError as exc:
+            raise ImageBuildError(f"docker build of {tags[0]} failed (log: {log_path}): {exc}") from None
+        except docker.errors.APIError as exc:
+            raise ImageBuildError(f"docker build of {tags[0]} failed: {exc.explanation or exc}") from exc
+    if stream.image_id is None:
+        raise ImageBuildError(f"docker build of {tags[0]} ended without an image id (log: {log_path})")
+    image = client.images.get(stream.image_id)
+    for tag in tags[1:]:
+        repository, _, name = tag.rpartition(":")
+        image.tag(repository, name)
+    return BuildResult(
+        image_id=stream.image_id,
+        tags=tags,
+        duration_s=time.monotonic() - started,
+        steps=stream.steps,
+        cached_steps=stream.cached,
+        architecture=image.attrs.get("Architecture", ""),
+        size_bytes=int(image.attrs.get("Size", 0)),
+        log_path=log_path,
+    )
+
+
+def push_image(
+    client: docker.DockerClient,
+    reference: str,
+    auth: dict[str, str] | None,
+    *,
+    retries: int = 4,
+    backoff_s: float = 2.0,
+) -> PushResult:
+    """Push `repo:tag`; the whole push is retried (blobs already there are skipped by the engine)."""
+    repository, _, tag = reference.rpartition(":")
+    last_error = ""
+    for attempt in range(1, retries + 2):
+        digest = None
+        last_error = ""
+        try:
+            for chunk in client.api.push(repository, tag, auth_config=auth, stream=True, decode=True):
+                if "error" in chunk or "errorDetail" in chunk:
+                    last_error = chunk.get("error") or chunk["errorDetail"].get("message", "")
+                digest = chunk.get("aux", {}).get("Digest", digest)
+        except docker.errors.APIError as exc:
+            last_error = str(exc.explanation or exc)
+        if not last_error and digest:
+            return PushResult(reference, digest, attempt)
+        if attempt <= retries:
+            time.sleep(backoff_s * 2 ** (attempt - 1))
+    raise ImagePushError(
+        f"push of {reference} failed after {retries + 1} attempts: {last_error or 'no digest'}"
+    )
+
+
+def pull_image(client: docker.DockerClient, reference: str, auth: dict[str, str] | None) -> bool:
+    """Pull `reference`; False when the registry does not have it (a first night has no cache)."""
+    repository, _, tag = reference.rpartition(":")
+    try:
+        client.images.pull(repository, tag=tag, auth_config=auth)
+    except docker.errors.NotFound:
+        return False
+    except docker.errors.APIError as exc:
+        if "not found" in str(exc).lower() or "manifest unknown" in str(exc).lower():
+            return False
+        raise
+    return True

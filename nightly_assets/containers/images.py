@@ -1,0 +1,268 @@
+"""One image stage for one partition: context, build with cache, push, mirror, retention.
+
+Kept beside the asset so the asset reads as the stage's outline and this as its protocol.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import docker  # type: ignore[import-untyped]
+import docker.errors  # type: ignore[import-untyped]
+
+from nightly_assets.containers import recipes
+from nightly_assets.containers.engine import BuildResult, build_image, pull_image, push_image
+from nightly_assets.containers.registry import RetentionResult, copy_image, expire_run_tags
+from nightly_assets.containers.resources import ContainerRegistriesResource, DockerRunnerPoolResource
+from nightly_assets.stages import StageRun, StageSpec
+
+NIGHT_LABEL = "nightly.night"
+RUN_ID_CHARS = 8  # the short run id the Dagster UI shows
+
+
+@dataclass
+class ImageOutcome:
+    digest: str
+    manifest: dict[str, Any]
+    metadata: dict[str, Any]
+    detail: str
+    published: dict[str, list[str]] = field(default_factory=dict)  # role -> references
+
+
+@dataclass
+class ImageStage:
+    spec: StageSpec
+    run: StageRun
+    label: str
+    pool: DockerRunnerPoolResource
+    registries: ContainerRegistriesResource
+    log: Any
+    run_id: str
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return self.spec.stage.params
+
+    def template_vars(self) -> dict[str, str]:
+        target = self.run.target
+        return {
+            **{k: str(v) for k, v in target.params.items()},
+            "arch": target.arch,
+            "target": target.name,
+            "night": self.run.key.night.isoformat(),
+            "run_id": self.run_id[:RUN_ID_CHARS],
+        }
+
+    def tags(self) -> list[str]:
+        templates = self.params.get("tags") or ([self.params["tag"]] if "tag" in self.params else [])
+        return [t.format(**self.template_vars()) for t in templates]
+
+    def build_and_publish(
+        self, repo_root: Path, sha: str, wheels: list[Path], base: dict[str, Any] | None
+    ) -> ImageOutcome:
+        client = self.pool.client(self.label)
+        platform = self.pool.platform_for(self.label, self.run.target.arch)
+        local_repo = f"nightly/{self.spec.pipeline.name}-{self.spec.stage.name}".replace("_", "-")
+        target = self.run.target.name
+        local_tags = [f"{local_repo}:{target}-{self.run.key.night.isoformat()}", f"{local_repo}:{target}"]
+        context, cache_from = self._context(client, repo_root, sha, wheels, base, local_tags[1])
+        self.log.info(f"building {local_tags[0]} for {platform} on '{self.label}' (cache from {cache_from})")
+        built = build_image(
+            client,
+            context.path,
+            local_tags,
+            build_args=context.build_args,
+            cache_from=cache_from,
+            platform=platform,
+            log_path=self.run.workdir / "build.log",
+            timeout_s=self.pool.build_timeout_s,
+            dockerfile=context.dockerfile,
+        )
+        self.log.info(
+            f"built {built.image_id[:19]} in {built.duration_s:.1f} s, "
+            f"{built.cached_steps}/{built.steps} steps from cache"
+        )
+        published, digest, attempts = self._publish(client, built)
+        retention = self._retention() if published else {}
+        reference = next(iter(published.values()))[0] if published else local_tags[0]
+        manifest = {
+            "mode": "image",
+            "image_id": built.image_id,
+            "local_tag": local_tags[0],
+            "reference": reference,
+            "digest": digest,
+            "published": published,
+            "python": self.params.get("python", "python3"),
+            "rootdir": recipes.WORKDIR,
+            "build": {
+                "duration_s": round(built.duration_s, 3),
+                "steps": built.steps,
+                "cached_steps": built.cached_steps,
+                "size_bytes": built.size_bytes,
+                "architecture": built.architecture,
+            },
+        }
+        metadata: dict[str, Any] = {
+            "image_id": built.image_id,
+            "digest": digest or "(not pushed)",
+            "reference": reference,
+            "build_duration_s": dg.MetadataValue.float(round(built.duration_s, 3)),
+            "cache_hit_share": dg.MetadataValue.float(round(built.cache_hit_share, 3)),
+            "cached_steps": f"{built.cached_steps}/{built.steps}",
+            "size_mb": dg.MetadataValue.float(round(built.size_bytes / 1e6, 1)),
+            "architecture": built.architecture,
+            "push_attempts": attempts,
+        }
+        if published:
+            metadata["published"] = dg.MetadataValue.md(
+                "\n".join(
+                    f"- **{role}**: " + ", ".join(f"`{r}`" for r in refs) for role, refs in published.items()
+                )
+            )
+        for role, result in retention.items():
+            metadata[f"retention/{role}"] = ", ".join(result.deleted_tags) or "nothing expired"
+        detail = f"{built.cached_steps}/{built.steps} cached, {built.duration_s:.0f} s" + (
+            f", pushed to {', '.join(published)}" if published else ""
+        )
+        return ImageOutcome(digest or built.image_id, manifest, metadata, detail, published)
+
+    def _context(
+        self,
+        client: docker.DockerClient,
+        repo_root: Path,
+        sha: str,
+        wheels: list[Path],
+        base: dict[str, Any] | None,
+        local_latest: str,
+    ) -> tuple[recipes.BuildContext, list[str]]:
+        build_args = dict(self.run.target.build_args)
+        dest = self.run.workdir / "context"
+        cache_from = [local_latest] if _exists(client, local_latest) else []
+        if "dockerfile" in self.params:
+            return recipes.repository_context(repo_root, self.params["dockerfile"], build_args), cache_from
+        if self.params.get("role", "runtime") == "framework":
+            for reference in self._published_references():
+                if pull_image(client, reference, self._auth_for(reference)):
+                    cache_from.append(reference)
+            base_image = self.params.get("base_image", self.pool.base_image).format(**build_args)
+            return recipes.framework_context(dest, base_image, build_args), cache_from
+        from_image = self.pool.base_image
+        if base is not None:
+            from_image = base["local_tag"]
+            if not _exists(client, from_image):
+                pull_image(client, base["reference"], self._auth_for(base["reference"]))
+                from_image = base["reference"]
+        labels = {
+            NIGHT_LABEL: self.run.key.night.isoformat(),
+            "nightly.pipeline": self.spec.pipeline.name,
+            "nightly.target": self.run.target.name,
+            "nightly.run_id": self.run_id,
+            "org.opencontainers.image.revision": sha,
+        }
+        context = recipes.runtime_context(
+            dest,
+            from_image=from_image,
+            needs_venv=base is None,
+            wheels=wheels,
+            repo_root=repo_root,
+            test_paths=list(self.params.get("tests", ["tests"])),
+            suites=list(self.params.get("suites", [])),
+            labels=labels,
+        )
+        return context, cache_from
+
+    def _repository(self, role: str) -> str:
+        return self.registries.repository(role, self.params.get("repository", self.spec.pipeline.name))
+
+    def _published_references(self) -> list[str]:
+        """Where last night's image of this stage was pushed under its stable tag (the cache)."""
+        push_to = self.params.get("push_to", [])
+        tags = [t for t in self.tags() if "{run_id}" not in t]
+        return (
+            [f"{self.registries.registry(push_to[0]).host}/{self._repository(push_to[0])}:{t}" for t in tags][
+                :1
+            ]
+            if push_to
+            else []
+        )
+
+    def _auth_for(self, reference: str) -> dict[str, str] | None:
+        for role in self.registries.roles():
+            if reference.startswith(self.registries.registry(role).host + "/"):
+                return self.registries.engine_auth(role)
+        return None
+
+    def _publish(
+        self, client: docker.DockerClient, built: BuildResult
+    ) -> tuple[dict[str, list[str]], str, int]:
+        push_to: list[str] = list(self.params.get("push_to", []))
+        if not push_to:
+            return {}, "", 0
+        tags = self.tags()
+        primary, mirrors = push_to[0], push_to[1:]
+        registry = self.registries.registry(primary)
+        repo = self._repository(primary)
+        image = client.images.get(built.image_id)
+        digest, attempts = "", 0
+        for tag in tags:
+            image.tag(f"{registry.host}/{repo}", tag)
+            pushed = push_image(
+                client,
+                f"{registry.host}/{repo}:{tag}",
+                self.registries.engine_auth(primary),
+                retries=self.pool.push_retries,
+            )
+            digest, attempts = pushed.digest, max(attempts, pushed.attempts)
+            client.images.remove(f"{registry.host}/{repo}:{tag}")  # the engine keeps it by id
+        missing = registry.missing_blobs(repo, digest)
+        if missing:
+            raise RuntimeError(f"{primary}: {repo}@{digest} is missing blobs {missing} after the push")
+        published = {primary: [f"{registry.host}/{repo}:{t}" for t in tags]}
+        self.log.info(f"pushed {repo}@{digest} to {primary} as {', '.join(tags)}")
+        for role in mirrors:
+            target = self.registries.registry(role)
+            copy_image(registry, repo, digest, target, self._repository(role), tags)
+            published[role] = [f"{target.host}/{self._repository(role)}:{t}" for t in tags]
+            self.log.info(f"mirrored {digest} to {role}")
+        return published, digest, attempts
+
+    def _retention(self) -> dict[str, RetentionResult]:
+        """Delete this stage's run tags older than the pipeline's retention, in every registry it uses."""
+        run_templates = [t for t in self.params.get("tags", []) if "{run_id}" in t]
+        if not run_templates:
+            return {}
+        variables = {**self.template_vars(), "run_id": "\0"}
+        patterns = [re.escape(t.format(**variables)).replace("\0", "[0-9a-f]+") for t in run_templates]
+        cutoff = self.run.key.night - dt.timedelta(days=self.spec.pipeline.retention_days)
+        results = {}
+        for role in self.params.get("push_to", []):
+            results[role] = expire_run_tags(
+                self.registries.registry(role),
+                self._repository(role),
+                "|".join(f"(?:{p})" for p in patterns),
+                lambda config: _night_of(config) < cutoff,
+            )
+            if results[role].deleted_tags:
+                self.log.info(f"{role}: retention deleted {', '.join(results[role].deleted_tags)}")
+        return results
+
+
+def _night_of(config: dict[str, Any]) -> dt.date:
+    labels = (config.get("config") or {}).get("Labels") or {}
+    if NIGHT_LABEL in labels:
+        return dt.date.fromisoformat(labels[NIGHT_LABEL])
+    created = config.get("created", "")
+    return dt.datetime.fromisoformat(created.replace("Z", "+00:00")).date() if created else dt.date.max
+
+
+def _exists(client: docker.DockerClient, reference: str) -> bool:
+    try:
+        client.images.get(reference)
+    except docker.errors.ImageNotFound:
+        return False
+    return True

@@ -1,0 +1,347 @@
+"""OCI distribution API client: manifests, blobs, tags, copies between registries, retention.
+
+Speaks HTTP to a registry (Docker distribution, ECR, ACR) with basic credentials, following a
+Bearer token challenge when the registry answers with one (ACR, Docker Hub style). Retries 5xx
+and 429 with exponential backoff (honouring Retry-After). A tag is only ever written after every
+blob its manifest names is confirmed present in the destination.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import requests
+
+MANIFEST_TYPES = (
+    "application/vnd.oci.image.index.v1+json",
+    "application/vnd.oci.image.manifest.v1+json",
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+    "application/vnd.docker.distribution.manifest.v2+json",
+)
+INDEX_TYPES = MANIFEST_TYPES[0], MANIFEST_TYPES[2]
+RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+CHUNK = 1 << 20
+
+
+class RegistryError(RuntimeError):
+    """A registry call failed for good; the message names the registry, the call and the answer."""
+
+
+@dataclass(frozen=True)
+class Manifest:
+    body: bytes
+    media_type: str
+    digest: str
+
+    def document(self) -> dict[str, Any]:
+        result: dict[str, Any] = json.loads(self.body)
+        return result
+
+    def blob_digests(self) -> list[str]:
+        """Config and layer digests of an image manifest (empty for an index)."""
+        doc = self.document()
+        if self.media_type in INDEX_TYPES:
+            return []
+        return [doc["config"]["digest"], *(layer["digest"] for layer in doc.get("layers", []))]
+
+    def child_digests(self) -> list[str]:
+        """Platform manifests of an index (empty for an image manifest)."""
+        if self.media_type not in INDEX_TYPES:
+            return []
+        return [m["digest"] for m in self.document().get("manifests", [])]
+
+
+@dataclass
+class OciRegistry:
+    """One registry endpoint. `name` is its role (ecr, acr) and appears in every error message."""
+
+    name: str
+    url: str
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    verify: bool | str = True  # True, False or a CA bundle path
+    timeout_s: float = 60.0
+    retries: int = 5
+    backoff_s: float = 0.5
+    sleep: Callable[[float], None] = field(default=time.sleep, repr=False)
+    _session: requests.Session = field(default_factory=requests.Session, init=False, repr=False)
+    _token: str | None = field(default=None, init=False, repr=False)
+
+    @property
+    def host(self) -> str:
+        return re.sub(r"^https?://", "", self.url).rstrip("/")
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def ping(self) -> None:
+        """Raise RegistryError unless the registry answers /v2/ and accepts the credentials."""
+        self._call("GET", "/v2/", ok=(200,))
+
+    def manifest_digest(self, repo: str, ref: str) -> str | None:
+        resp = self._call("HEAD", f"/v2/{repo}/manifests/{ref}", ok=(200, 404), headers=_accept())
+        return None if resp.status_code == 404 else resp.headers["Docker-Content-Digest"]
+
+    def get_manifest(self, repo: str, ref: str) -> Manifest:
+        resp = self._call("GET", f"/v2/{repo}/manifests/{ref}", ok=(200,), headers=_accept())
+        media_type = resp.headers.get("Content-Type", "").split(";")[0]
+        digest = resp.headers.get("Docker-Content-Digest") or _sha256(resp.content)
+        return Manifest(resp.content, media_type, digest)
+
+    def blob_exists(self, repo: str, digest: str) -> bool:
+        return self._call("HEAD", f"/v2/{repo}/blobs/{digest}", ok=(200, 404)).status_code == 200
+
+    def read_blob(self, repo: str, digest: str) -> bytes:
+        return self._call("GET", f"/v2/{repo}/blobs/{digest}", ok=(200,)).content
+
+    def stream_blob(self, repo: str, digest: str) -> Iterator[bytes]:
+        resp = self._call("GET", f"/v2/{repo}/blobs/{digest}", ok=(200,), stream=True)
+        try:
+            yield from resp.iter_content(CHUNK)
+        finally:
+            resp.close()
+
+    def tags(self, repo: str) -> list[str]:
+        found: list[str] = []
+        path: str | None = f"/v2/{repo}/tags/list?n=1000"
+        while path:
+            resp = self._call("GET", path, ok=(200, 404))
+            if resp.status_code == 404:
+                return []
+            found.extend(resp.json().get("tags") or [])
+            match = re.search(r"<([^>]+)>", resp.headers.get("Link", ""))
+            path = match.group(1) if match else None
+        return sorted(found)
+
+    def image_config(self, repo: str, ref: str) -> dict[str, Any]:
+        """The image's config document (labels, created time); the first platform's for an index."""
+        manifest = self.get_manifest(repo, ref)
+        if manifest.media_type in INDEX_TYPES:
+            manifest = self.get_manifest(repo, manifest.child_digests()[0])
+        config: dict[str, Any] = json.loads(self.read_blob(repo, manifest.document()["config"]["digest"]))
+        return config
+
+    def missing_blobs(self, repo: str, ref: str) -> list[str]:
+        """Blobs the manifest at `ref` names that the registry does not have (recurses into indexes)."""
+        manifest = self.get_manifest(repo, ref)
+        missing = [d for d in manifest.blob_digests() if not self.blob_exists(repo, d)]
+        for child in manifest.child_digests():
+            missing.extend(self.missing_blobs(repo, child))
+        return missing
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def upload_blob(self, repo: str, digest: str, open_stream: Callable[[], Iterable[bytes]]) -> None:
+        """Monolithic upload; `open_stream` is called again for each retry (a stream reads once)."""
+        for attempt in range(self.retries + 1):
+            start = self._call("POST", f"/v2/{repo}/blobs/uploads/", ok=(202,))
+            location = start.headers["Location"]
+            separator = "&" if "?" in location else "?"
+            resp = self._call(
+                "PUT",
+                f"{location}{separator}digest={digest}",
+                ok=(201, *RETRY_STATUSES),
+                data=open_stream(),
+                headers={"Content-Type": "application/octet-stream"},
+                retry=False,
+            )
+            if resp.status_code == 201:
+                return
+            self._backoff(resp, attempt)
+        raise RegistryError(f"{self.name}: upload of blob {digest} to {repo} kept failing")
+
+    def put_manifest(self, repo: str, ref: str, manifest: Manifest) -> str:
+        resp = self._call(
+            "PUT",
+            f"/v2/{repo}/manifests/{ref}",
+            ok=(201,),
+            data=manifest.body,
+            headers={"Content-Type": manifest.media_type},
+        )
+        return resp.headers.get("Docker-Content-Digest", manifest.digest)
+
+    def delete_manifest(self, repo: str, digest: str) -> None:
+        self._call("DELETE", f"/v2/{repo}/manifests/{digest}", ok=(202, 404))
+
+    # -- HTTP --------------------------------------------------------------------------------
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        ok: tuple[int, ...],
+        retry: bool = True,
+        **kwargs: Any,
+    ) -> requests.Response:
+        url = path if path.startswith("http") else f"{self.url.rstrip('/')}{path}"
+        what = f"{self.name}: {method} {_redact(url)}"
+        resp: requests.Response | None = None
+        for attempt in range(self.retries + 1):
+            try:
+                resp = self._send(method, url, **kwargs)
+            except requests.RequestException as exc:
+                if attempt == self.retries or not retry:
+                    raise RegistryError(
+                        f"{what}: registry unreachable at {self.url}: {_redact(str(exc))}"
+                    ) from exc
+                self.sleep(self.backoff_s * 2**attempt)
+                continue
+            if resp.status_code in ok:
+                return resp
+            if resp.status_code in RETRY_STATUSES and retry and attempt < self.retries:
+                self._backoff(resp, attempt)
+                continue
+            break
+        assert resp is not None
+        if resp.status_code == 401:
+            raise RegistryError(
+                f"{what}: 401 unauthorized: check the credentials for the '{self.name}' registry"
+            )
+        raise RegistryError(f"{what}: HTTP {resp.status_code} (expected {ok}): {resp.text[:300]}")
+
+    def _send(self, method: str, url: str, **kwargs: Any) -> requests.Response:
+        headers = dict(kwargs.pop("headers", {}) or {})
+        resp = self._session.request(
+            method,
+            url,
+            headers={**self._auth(), **headers},
+            verify=self.verify,
+            timeout=self.timeout_s,
+            **kwargs,
+        )
+        challenge = resp.headers.get("WWW-Authenticate", "")
+        if resp.status_code == 401 and challenge.lower().startswith("bearer") and self._token is None:
+            self._token = self._fetch_token(challenge)
+            resp = self._session.request(
+                method,
+                url,
+                headers={**self._auth(), **headers},
+                verify=self.verify,
+                timeout=self.timeout_s,
+                **kwargs,
+            )
+        return resp
+
+    def _auth(self) -> dict[str, str]:
+        if self._token:
+            return {"Authorization": f"Bearer {self._token}"}
+        if self.username is not None:
+            pair = f"{self.username}:{self.password or ''}".encode()
+            return {"Authorization": "Basic " + base64.b64encode(pair).decode()}
+        return {}
+
+    def _fetch_token(self, challenge: str) -> str:
+        """Docker token auth: trade the basic credentials for a bearer token at the realm."""
+        params = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
+        realm = params.pop("realm", None)
+        if realm is None:
+            raise RegistryError(f"{self.name}: bearer challenge without a realm: {challenge!r}")
+        auth = (self.username, self.password or "") if self.username is not None else None
+        resp = self._session.get(realm, params=params, auth=auth, verify=self.verify, timeout=self.timeout_s)
+        if resp.status_code != 200:
+            raise RegistryError(f"{self.name}: token endpoint {realm} answered HTTP {resp.status_code}")
+        body = resp.json()
+        token: str = body.get("token") or body.get("access_token") or ""
+        if not token:
+            raise RegistryError(f"{self.name}: token endpoint {realm} returned no token")
+        return token
+
+    def _backoff(self, resp: requests.Response, attempt: int) -> None:
+        retry_after = resp.headers.get("Retry-After", "")
+        delay = float(retry_after) if retry_after.isdigit() else self.backoff_s * 2**attempt
+        self.sleep(min(delay, 60.0))
+
+
+def copy_image(
+    src: OciRegistry, src_repo: str, ref: str, dst: OciRegistry, dst_repo: str, tags: list[str]
+) -> str:
+    """Copy the image at `ref` (index or manifest, every blob) and point `tags` at it; returns its digest.
+
+    Blobs first, then each is confirmed present, then the manifest by digest, then the tags:
+    a crash at any point leaves no tag naming an incomplete image.
+    """
+    manifest = src.get_manifest(src_repo, ref)
+    _copy_manifest(src, src_repo, manifest, dst, dst_repo)
+    for tag in tags:
+        dst.put_manifest(dst_repo, tag, manifest)
+    return manifest.digest
+
+
+def _copy_manifest(
+    src: OciRegistry, src_repo: str, manifest: Manifest, dst: OciRegistry, dst_repo: str
+) -> None:
+    for child in manifest.child_digests():
+        _copy_manifest(src, src_repo, src.get_manifest(src_repo, child), dst, dst_repo)
+    for digest in manifest.blob_digests():
+        if not dst.blob_exists(dst_repo, digest):
+            dst.upload_blob(dst_repo, digest, lambda d=digest: src.stream_blob(src_repo, d))  # type: ignore[misc]
+    missing = [d for d in manifest.blob_digests() if not dst.blob_exists(dst_repo, d)]
+    if missing:
+        raise RegistryError(
+            f"{dst.name}: blobs {missing} still missing in {dst_repo} after upload; no tag written"
+        )
+    dst.put_manifest(dst_repo, manifest.digest, manifest)
+
+
+@dataclass(frozen=True)
+class RetentionResult:
+    deleted_tags: list[str]
+    kept_tags: list[str]
+    deleted_digests: list[str]
+
+
+def expire_run_tags(
+    registry: OciRegistry,
+    repo: str,
+    pattern: str,
+    expired: Callable[[dict[str, Any]], bool],
+    *,
+    dry_run: bool = False,
+) -> RetentionResult:
+    """Delete images tagged only by run tags (`pattern`) whose config `expired` says are too old.
+
+    The distribution API deletes manifests, not tags: an image a live tag (such as `nightly-vllm-amd64`)
+    still points at is kept, whatever its run tags say.
+    """
+    run_tag = re.compile(pattern)
+    by_digest: dict[str, list[str]] = {}
+    for tag in registry.tags(repo):
+        digest = registry.manifest_digest(repo, tag)
+        if digest:
+            by_digest.setdefault(digest, []).append(tag)
+    deleted_tags: list[str] = []
+    kept: list[str] = []
+    deleted_digests: list[str] = []
+    for digest, tags in sorted(by_digest.items()):
+        run_tags = [t for t in tags if run_tag.fullmatch(t)]
+        if not run_tags:
+            continue
+        if len(run_tags) < len(tags) or not expired(registry.image_config(repo, digest)):
+            kept.extend(run_tags)
+            continue
+        if not dry_run:
+            registry.delete_manifest(repo, digest)
+        deleted_tags.extend(run_tags)
+        deleted_digests.append(digest)
+    return RetentionResult(sorted(deleted_tags), sorted(kept), deleted_digests)
+
+
+def _accept() -> dict[str, str]:
+    return {"Accept": ", ".join(MANIFEST_TYPES)}
+
+
+def _sha256(body: bytes) -> str:
+    return "sha256:" + hashlib.sha256(body).hexdigest()
+
+
+def _redact(text: str) -> str:
+    """Strip userinfo from URLs and any upload state token from query strings."""
+    text = re.sub(r"//[^/@\s]+@", "//***@", text)
+    return re.sub(r"(_state=)[^&\s]+", r"\1***", text)

@@ -1,0 +1,147 @@
+"""Container resources: the Docker engines of the runner pool, and the registries by role (ECR, ACR)."""
+
+from __future__ import annotations
+
+import os
+from typing import Literal
+
+import dagster as dg
+import docker  # type: ignore[import-untyped]
+import docker.errors  # type: ignore[import-untyped]
+import requests
+from pydantic import Field
+
+from nightly_assets.containers.registry import OciRegistry, RegistryError
+from nightly_assets.containers.runner import DeviceSpec
+
+DEFAULT_BASE_IMAGE = "nightly-base/python:bookworm"
+
+
+class EngineUnavailable(RuntimeError):
+    """No Docker engine answers for a runner label."""
+
+
+class DockerHost(dg.Config):
+    """One Docker host of the runner pool."""
+
+    docker_host: str | None = Field(default=None, description="engine URL; None: DOCKER_HOST or the socket")
+    platforms: list[str] = Field(default_factory=lambda: ["linux/amd64"], description="what it builds/runs")
+    gpu_vendor: Literal["none", "nvidia", "amd"] = "none"
+    gpus: int = Field(default=0, ge=0, description="accelerators a container on this host gets")
+
+
+class DockerRunnerPoolResource(dg.ConfigurableResource):
+    """Maps the catalog's runner labels to Docker hosts; labels not listed use `default`."""
+
+    default: DockerHost = Field(default_factory=DockerHost)
+    hosts: dict[str, DockerHost] = Field(default_factory=dict)
+    base_image: str = DEFAULT_BASE_IMAGE
+    build_timeout_s: int = 7200
+    push_retries: int = 4
+
+    def host(self, label: str) -> DockerHost:
+        return self.hosts.get(label, self.default)
+
+    def client(self, label: str) -> docker.DockerClient:
+        """A client for the label's engine; EngineUnavailable (naming label and URL) when it is down."""
+        url = self.host(label).docker_host
+        try:
+            client = docker.DockerClient(base_url=url) if url else docker.from_env()
+            client.ping()
+        except (docker.errors.DockerException, requests.RequestException) as exc:
+            where = url or "DOCKER_HOST / the default socket"
+            raise EngineUnavailable(f"runner '{label}': no Docker engine answers at {where}: {exc}") from exc
+        return client
+
+    def unavailable_reason(self, label: str) -> str | None:
+        """Why images cannot be built for `label` here (engine down, base image absent), or None."""
+        try:
+            client = self.client(label)
+        except EngineUnavailable as exc:
+            return str(exc)
+        try:
+            client.images.get(self.base_image)
+        except docker.errors.ImageNotFound:
+            return f"the base image {self.base_image} is not on the engine of runner '{label}'"
+        finally:
+            client.close()
+        return None
+
+    def devices(self, label: str) -> DeviceSpec:
+        host = self.host(label)
+        return DeviceSpec(host.gpu_vendor, host.gpus if host.gpu_vendor != "none" else 0)
+
+    def platform_for(self, label: str, arch: str) -> str:
+        wanted = f"linux/{arch}"
+        if wanted not in self.host(label).platforms:
+            raise EngineUnavailable(
+                f"runner '{label}' builds {', '.join(self.host(label).platforms)}, not {wanted}: "
+                "map the label to a host of that architecture in the runner pool"
+            )
+        return wanted
+
+
+class RegistryEndpoint(dg.Config):
+    """A registry role's endpoint. The password is named, never held: config and run records carry
+    the environment variable's name, and its value is read only when a request is made."""
+
+    url: str = Field(description="https://host[:port]")
+    username: str | None = None
+    password_env: str | None = Field(default=None, description="environment variable with the password")
+    ca_cert: str | None = Field(default=None, description="CA bundle for a private certificate")
+    namespace: str = Field(default="", description="repository prefix, e.g. ai-dynamo/")
+
+
+class ContainerRegistriesResource(dg.ConfigurableResource):
+    """The registries images are pushed to, by role (`ecr`: primary and cache, `acr`: distribution)."""
+
+    registries: dict[str, RegistryEndpoint] = Field(default_factory=dict)
+    retries: int = 5
+    backoff_s: float = 0.5
+
+    def roles(self) -> list[str]:
+        return sorted(self.registries)
+
+    def endpoint(self, role: str) -> RegistryEndpoint:
+        if role not in self.registries:
+            configured = ", ".join(self.roles()) or "none"
+            raise RegistryError(
+                f"registry role '{role}' is not configured (configured: {configured}); set "
+                f"NIGHTLY_REGISTRY_{role.upper()}_URL and its credentials"
+            )
+        return self.registries[role]
+
+    def registry(self, role: str) -> OciRegistry:
+        endpoint = self.endpoint(role)
+        return OciRegistry(
+            name=role,
+            url=endpoint.url,
+            username=endpoint.username,
+            password=_password(role, endpoint),
+            verify=endpoint.ca_cert or True,
+            retries=self.retries,
+            backoff_s=self.backoff_s,
+        )
+
+    def repository(self, role: str, name: str) -> str:
+        """`name` under the role's namespace (the path part of an image reference)."""
+        return f"{self.endpoint(role).namespace}{name}"
+
+    def reference(self, role: str, name: str, tag: str) -> str:
+        return f"{self.registry(role).host}/{self.repository(role, name)}:{tag}"
+
+    def engine_auth(self, role: str) -> dict[str, str] | None:
+        """Credentials as the engine takes them (sent in a header, never logged)."""
+        endpoint = self.endpoint(role)
+        if endpoint.username is None:
+            return None
+        return {"username": endpoint.username, "password": _password(role, endpoint) or ""}
+
+
+def _password(role: str, endpoint: RegistryEndpoint) -> str | None:
+    if endpoint.password_env is None:
+        return None
+    value = os.environ.get(endpoint.password_env)
+    if value is None:
+        raise RegistryError(f"registry role '{role}': environment variable {endpoint.password_env} is not set")
+    return value

@@ -1,0 +1,392 @@
+"""The Docker peer: a Docker engine on a unix socket, and an offline Debian base image with Python.
+
+``docker_engine`` reuses the engine named by ``DOCKER_HOST`` when it answers, else a ``dockerd``
+started earlier on this peer's socket, else starts ``dockerd`` itself (vfs storage, no bridge, no
+iptables: it runs on CI machines without privileges for networking) and stops it at the end of
+the session. Its data root lives under ``$NIGHTLY_PEERS_DIR`` (default ``/tmp/nightly-peers``) so
+images survive between sessions.
+
+``base_image`` is ``nightly-base/python:bookworm``, a Debian bookworm minbase with ``python3``,
+``python3-venv`` and ``python3-pytest``, made with ``debootstrap`` (the rootfs tarball is cached
+under ``$NIGHTLY_PEERS_DIR/cache``) and ``docker import``-ed: containers have no network, so
+images are built ``FROM`` it. Load with ``pytest_plugins = ["nightly_assets_tests.peers.docker"]``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import docker  # type: ignore[import-untyped]
+import pytest
+import requests
+
+DOCKERD = "dockerd"
+DEBOOTSTRAP = "debootstrap"
+START_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 30.0
+CLIENT_TIMEOUT_S = 600
+BASE_IMAGE = "nightly-base/python:bookworm"
+BASE_SUITE = "bookworm"
+BASE_PACKAGES = ("python3", "python3-venv", "python3-pytest")
+BASE_TARBALL = "bookworm-python.tar"
+DEFAULT_MIRROR = "http://deb.debian.org/debian"
+BASE_CHANGES = (
+    "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "ENV LANG=C.UTF-8",
+    "ENV PYTHONDONTWRITEBYTECODE=1",
+    'CMD ["python3"]',
+)
+# sockaddr_un.sun_path is 108 bytes; containerd puts its own sockets under the exec root.
+_MAX_SOCKET_PATH = 90
+_PING_ERRORS = (docker.errors.DockerException, requests.exceptions.RequestException, OSError)
+
+
+def peers_dir() -> Path:
+    """The cache root shared by all peers: ``$NIGHTLY_PEERS_DIR`` or ``/tmp/nightly-peers``."""
+    return Path(os.environ.get("NIGHTLY_PEERS_DIR") or "/tmp/nightly-peers")
+
+
+@dataclass
+class DockerEngine:
+    """A Docker engine that answers on ``host`` (``unix:///...`` or whatever ``DOCKER_HOST`` said)."""
+
+    host: str
+    started_here: bool = False
+    from_env: bool = False
+    log_path: Path | None = None
+    process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    def client(self, timeout: int = CLIENT_TIMEOUT_S) -> docker.DockerClient:
+        """A new SDK client for this engine (close it, or let it be collected)."""
+        if self.from_env:
+            return docker.from_env(timeout=timeout)
+        return docker.DockerClient(base_url=self.host, timeout=timeout)
+
+    def env(self) -> dict[str, str]:
+        """Environment variables that point ``docker`` / ``docker.from_env()`` at this engine."""
+        if self.from_env:
+            return {k: v for k, v in os.environ.items() if k.startswith("DOCKER_")}
+        return {"DOCKER_HOST": self.host}
+
+
+@dataclass(frozen=True)
+class _Layout:
+    data_root: Path
+    exec_root: Path
+    socket: Path
+    pidfile: Path
+    log: Path
+    lock: Path
+
+    @property
+    def host(self) -> str:
+        return f"unix://{self.socket}"
+
+
+def _layout() -> _Layout:
+    base = peers_dir() / "docker"
+    run_dir = base
+    if len(str(base / "x" / "containerd" / "containerd-debug.sock")) > _MAX_SOCKET_PATH:
+        digest = hashlib.sha256(str(base).encode()).hexdigest()[:10]
+        run_dir = Path("/tmp") / f"nightly-dockerd-{digest}"
+    return _Layout(
+        data_root=base / "data",
+        exec_root=run_dir / "x",
+        socket=run_dir / "docker.sock",
+        pidfile=base / "dockerd.pid",
+        log=base / "dockerd.log",
+        lock=base / "lock",
+    )
+
+
+def _answers(client: docker.DockerClient) -> bool:
+    try:
+        return bool(client.ping())
+    except _PING_ERRORS:
+        return False
+    finally:
+        client.close()
+
+
+def _answers_at(host: str) -> bool:
+    try:
+        client = docker.DockerClient(base_url=host, timeout=3)
+    except _PING_ERRORS:
+        return False
+    return _answers(client)
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive ``flock`` on ``path``: two pytest sessions never start or build twice."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _log_tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def _pid_alive(pidfile: Path) -> int | None:
+    try:
+        pid = int(pidfile.read_text().strip())
+        os.kill(pid, 0)
+    except (OSError, ValueError):
+        return None
+    return pid
+
+
+def _start_dockerd(layout: _Layout) -> subprocess.Popen[bytes]:
+    dockerd = shutil.which(DOCKERD)
+    if dockerd is None:
+        pytest.fail(
+            "no Docker engine answers (DOCKER_HOST unset or dead) and `dockerd` is not installed: "
+            "run `apt-get install docker.io` (or deselect with -m 'not docker')"
+        )
+    for directory in (layout.data_root, layout.exec_root, layout.socket.parent):
+        directory.mkdir(parents=True, exist_ok=True)
+    stale = _pid_alive(layout.pidfile)
+    if stale is not None:
+        pytest.fail(
+            f"a dockerd (pid {stale}, {layout.pidfile}) is running but does not answer on "
+            f"{layout.host}; stop it or see {layout.log}"
+        )
+    argv = [
+        dockerd,
+        "--data-root",
+        str(layout.data_root),
+        "--exec-root",
+        str(layout.exec_root),
+        "-H",
+        layout.host,
+        "--pidfile",
+        str(layout.pidfile),
+        "--storage-driver",
+        "vfs",
+        "--iptables=false",
+        "--ip6tables=false",
+        "--bridge=none",
+        "--ip-forward=false",
+        "--ip-masq=false",
+        "--userland-proxy=false",
+    ]
+    with layout.log.open("ab") as log:
+        process = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # Ctrl-C on pytest must not reach dockerd before we stop it
+        )
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(
+                f"dockerd exited with {process.returncode} while starting; last lines of "
+                f"{layout.log}:\n{_log_tail(layout.log)}"
+            )
+        if _answers_at(layout.host):
+            return process
+        time.sleep(0.2)
+    _stop(process)
+    pytest.fail(
+        f"dockerd did not answer on {layout.host} within {START_TIMEOUT_S:.0f} s; last lines of "
+        f"{layout.log}:\n{_log_tail(layout.log)}"
+    )
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is not None:
+        return
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=STOP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def docker_engine() -> Iterator[DockerEngine]:
+    """A Docker engine that answers ping: ``DOCKER_HOST``'s, ours from earlier, or one we start."""
+    env_host = os.environ.get("DOCKER_HOST")
+    if env_host:
+        try:
+            env_client = docker.from_env(timeout=3)
+        except docker.errors.DockerException:
+            env_client = None
+        if env_client is not None and _answers(env_client):
+            yield DockerEngine(host=env_host, from_env=True)
+            return
+    layout = _layout()
+    with _locked(layout.lock):
+        if _answers_at(layout.host):
+            engine = DockerEngine(host=layout.host, log_path=layout.log)
+        else:
+            process = _start_dockerd(layout)
+            engine = DockerEngine(host=layout.host, started_here=True, log_path=layout.log, process=process)
+    try:
+        yield engine
+    finally:
+        if engine.process is not None:
+            _stop(engine.process)
+
+
+# -- the base image -------------------------------------------------------------------------------
+
+
+def _mounts_under(root: Path) -> list[Path]:
+    prefix = str(root.resolve()) + "/"
+    try:
+        lines = Path("/proc/self/mounts").read_text().splitlines()
+    except OSError:
+        return []
+    points = [Path(line.split()[1].replace("\\040", " ")) for line in lines if len(line.split()) > 1]
+    return sorted((p for p in points if str(p).startswith(prefix)), key=lambda p: -len(str(p)))
+
+
+def _remove_tree(root: Path) -> None:
+    """rm -rf a debootstrap target, unmounting what an interrupted debootstrap left mounted."""
+    if not root.exists():
+        return
+    for point in _mounts_under(root):
+        subprocess.run(["umount", "--lazy", str(point)], capture_output=True, check=False)
+    if _mounts_under(root):
+        pytest.fail(f"cannot unmount what is mounted under {root}; remove it by hand")
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _prune_rootfs(root: Path) -> None:
+    """Drop docs, man pages, translations and apt's caches: the image only has to run Python."""
+    for relative in ("usr/share/doc", "usr/share/man", "usr/share/info", "usr/share/lintian"):
+        shutil.rmtree(root / relative, ignore_errors=True)
+    locale = root / "usr/share/locale"
+    if locale.is_dir():
+        for entry in locale.iterdir():
+            if entry.is_dir() and not entry.name.startswith("C"):
+                shutil.rmtree(entry, ignore_errors=True)
+    for relative in ("var/lib/apt/lists", "var/cache/apt", "var/cache/debconf", "var/log"):
+        directory = root / relative
+        if not directory.is_dir():
+            continue
+        for entry in directory.rglob("*"):
+            if entry.is_file() and entry.name != "lock":
+                entry.unlink()
+    for leftover in ("var/cache/apt/archives/partial",):
+        (root / leftover).mkdir(parents=True, exist_ok=True)
+
+
+def _build_rootfs_tarball(tarball: Path) -> None:
+    """debootstrap bookworm minbase with Python into a temporary dir, prune it, tar it atomically."""
+    if shutil.which(DEBOOTSTRAP) is None:
+        pytest.fail(
+            f"the base image {BASE_IMAGE} is missing and `debootstrap` is not installed: "
+            "run `apt-get install debootstrap` (or deselect with -m 'not docker')"
+        )
+    cache = tarball.parent
+    cache.mkdir(parents=True, exist_ok=True)
+    rootfs = cache / f"rootfs.{os.getpid()}"
+    partial = cache / f"{tarball.name}.{os.getpid()}.partial"
+    mirror = os.environ.get("NIGHTLY_DEBIAN_MIRROR") or DEFAULT_MIRROR
+    try:
+        _remove_tree(rootfs)
+        argv = [
+            DEBOOTSTRAP,
+            "--variant=minbase",
+            f"--include={','.join(BASE_PACKAGES)}",
+            BASE_SUITE,
+            str(rootfs),
+            mirror,
+        ]
+        result = subprocess.run(argv, capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            tail = "\n".join((result.stdout + result.stderr).splitlines()[-15:])
+            debootstrap_log = rootfs / "debootstrap" / "debootstrap.log"
+            pytest.fail(
+                f"debootstrap of {BASE_SUITE} from {mirror} failed ({result.returncode}); "
+                f"set NIGHTLY_DEBIAN_MIRROR for another mirror; {debootstrap_log}:\n"
+                f"{_log_tail(debootstrap_log)}\n{tail}"
+            )
+        _prune_rootfs(rootfs)
+        tar = ["tar", "--numeric-owner", "--xattrs", "-C", str(rootfs), "-cf", str(partial), "."]
+        result = subprocess.run(tar, capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            pytest.fail(f"tar of {rootfs} failed: {result.stderr.strip()}")
+        partial.replace(tarball)
+    finally:
+        _remove_tree(rootfs)
+        partial.unlink(missing_ok=True)
+
+
+def _import_result_error(result: object) -> str | None:
+    text = result if isinstance(result, str) else json.dumps(result)
+    for line in text.splitlines():
+        with contextlib.suppress(ValueError):
+            message = json.loads(line)
+            if isinstance(message, dict) and message.get("error"):
+                return str(message["error"])
+    return None
+
+
+def _has_image(client: docker.DockerClient, name: str) -> bool:
+    try:
+        client.images.get(name)
+    except docker.errors.ImageNotFound:
+        return False
+    return True
+
+
+@pytest.fixture(scope="session")
+def base_image(docker_engine: DockerEngine) -> str:
+    """``nightly-base/python:bookworm`` in the engine: Debian minbase with python3, venv, pytest."""
+    client = docker_engine.client()
+    try:
+        if _has_image(client, BASE_IMAGE):
+            return BASE_IMAGE
+        cache = peers_dir() / "cache"
+        tarball = cache / BASE_TARBALL
+        with _locked(cache / "lock"):
+            if _has_image(client, BASE_IMAGE):  # another session imported it while we waited
+                return BASE_IMAGE
+            if not tarball.exists():
+                _build_rootfs_tarball(tarball)
+            repository, tag = BASE_IMAGE.rsplit(":", 1)
+            result = client.api.import_image_from_file(
+                str(tarball), repository=repository, tag=tag, changes=list(BASE_CHANGES)
+            )
+            error = _import_result_error(result)
+            if error is not None:
+                pytest.fail(f"docker import of {tarball} as {BASE_IMAGE} failed: {error}")
+        try:
+            client.containers.run(
+                BASE_IMAGE,
+                ["python3", "-c", "import pytest, venv"],
+                network_mode="none",
+                remove=True,
+            )
+        except docker.errors.ContainerError as error:
+            client.images.remove(BASE_IMAGE, force=True)
+            tarball.unlink(missing_ok=True)
+            pytest.fail(f"{BASE_IMAGE} cannot import pytest and venv (removed it and {tarball}): {error}")
+        return BASE_IMAGE
+    finally:
+        client.close()

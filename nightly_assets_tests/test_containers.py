@@ -1,0 +1,252 @@
+"""The image path for real: build framework and runtime images on a Docker engine, push them to the
+ECR role, mirror to the ACR role, pull, and run suites inside through Dagster Pipes."""
+
+import datetime as dt
+import json
+import secrets
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from nightly_assets.catalog.loader import catalog_dir, load_catalog
+from nightly_assets.catalog.models import Catalog
+from nightly_assets.containers import checks
+from nightly_assets.containers.registry import OciRegistry
+from nightly_assets.definitions import build_definitions
+from nightly_assets.demo.sample_repo import load_history
+from nightly_assets.night import NightOutcome, run_night
+from nightly_assets.resources import resources_for
+from nightly_assets.results import NightKey
+
+pytestmark = [pytest.mark.docker, pytest.mark.registry, pytest.mark.slow]
+HISTORY = load_history()
+
+# Seed 001's shape on the sample project: framework image (cache, ECR) -> runtime image (ECR + ACR)
+# -> suites inside it by markers.
+IMAGES_PIPELINE = """
+name: images
+title: Image path test pipeline
+seed: "001"
+description: Framework and runtime images of the sample project, tested inside.
+cron: "0 8 * * *"
+start_date: 2026-11-01
+retention_days: 7
+repositories:
+  - {name: nightlysample, url: "sample:nightlysample", branch: main}
+targets:
+  - {name: alpha-amd64, arch: amd64, params: {framework: alpha}}
+  - {name: beta-amd64, arch: amd64, params: {framework: beta}, build_args: {CUDA_VERSION: "129"}}
+stages:
+  - {name: sources, kind: sources, description: Pinned sample.}
+  - {name: wheels, kind: wheels, deps: [sources], runner: local, description: The wheel.}
+  - name: framework_image
+    kind: docker_image
+    deps: [wheels]
+    runner: cpu-amd-m5-4xlarge
+    description: Framework image, cached from last night.
+    params: {role: framework, tag: "main-{framework}-framework-{arch}", push_to: [ecr], repository: sample}
+  - name: runtime_image
+    kind: docker_image
+    deps: [framework_image]
+    runner: cpu-amd-m5-4xlarge
+    description: Runtime image.
+    params:
+      role: runtime
+      install_wheels: true
+      repository: sample
+      tags: ["nightly-{framework}-{arch}", "nightly-{framework}-{arch}-run-{run_id}"]
+      push_to: [ecr, acr]
+  - name: tests_unit
+    kind: test_suite
+    deps: [runtime_image]
+    description: Unit tests in the image.
+    suite: {markers: unit, timeout_minutes: 10, runner: gpu-l40-amd64}
+  - name: tests_e2e_gpu_1
+    kind: test_suite
+    deps: [runtime_image]
+    description: GPU tests, collect-only without a GPU.
+    suite: {markers: e2e and gpu_1, timeout_minutes: 10, runner: gpu-l40-amd64, min_gpus: 1}
+  - name: night_summary
+    kind: night_summary
+    deps: [tests_unit, tests_e2e_gpu_1]
+    description: Summary.
+"""
+
+
+@dataclass
+class ImageNights:
+    defs: dg.Definitions
+    instance: dg.DagsterInstance
+    catalog: Catalog
+    resources: dict
+    home: Path
+    namespace: str
+    catalog_path: Path
+
+    def run(self, night: str, target: str = "alpha-amd64", expect_success: bool = True) -> NightOutcome:
+        key = NightKey("images", dt.date.fromisoformat(night), target)
+        outcome = run_night(self.defs, self.instance, self.catalog, key, self.resources["notifier"])
+        if expect_success:
+            failed = [f"{s.stage}: {s.detail}" for s in self.store.stages(key) if s.status != "success"]
+            assert outcome.succeeded, "\n".join(failed)
+        return outcome
+
+    @property
+    def store(self):
+        return self.resources["warehouse"].store()
+
+    def manifest(self, night: str, target: str, stage: str) -> dict:
+        path = self.home / "artefacts" / "images" / night / target / stage / "manifest.json"
+        return json.loads(path.read_text())
+
+    def registry(self, role: str) -> OciRegistry:
+        return self.resources["registries"].registry(role)
+
+    def metadata(self, run: dg.DagsterRun, stage: str) -> dict:
+        for record in self.instance.get_records_for_run(run.run_id).records:
+            event = record.event_log_entry.dagster_event
+            if event and event.is_step_materialization:
+                mat = event.step_materialization_data.materialization
+                if mat.asset_key == dg.AssetKey(["images", stage]):
+                    return {k: v.value for k, v in mat.metadata.items()}
+        raise AssertionError(f"no materialization of {stage} in run {run.run_id}")
+
+
+@pytest.fixture
+def image_nights(nightly_home, tmp_path, monkeypatch, docker_engine, base_image, registries):
+    catalog = tmp_path / "catalog"
+    shutil.copytree(catalog_dir(), catalog)
+    (catalog / "pipelines" / "images.yaml").write_text(IMAGES_PIPELINE)
+    namespace = f"t{secrets.token_hex(4)}/"  # the session's registries are shared between tests
+    monkeypatch.setenv("DOCKER_HOST", docker_engine.host)
+    for registry in registries:
+        prefix = f"NIGHTLY_REGISTRY_{registry.name.upper()}_"
+        monkeypatch.setenv(prefix + "URL", registry.url)
+        monkeypatch.setenv(prefix + "USERNAME", registry.username)
+        monkeypatch.setenv(prefix + "PASSWORD", registry.password)
+        monkeypatch.setenv(prefix + "CA_CERT", str(registry.ca_cert))
+        monkeypatch.setenv(prefix + "NAMESPACE", namespace)
+    (tmp_path / "dagster_home").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "dagster_home")) as instance:
+        yield ImageNights(
+            build_definitions(catalog),
+            instance,
+            load_catalog(catalog),
+            resources_for("local", nightly_home),
+            nightly_home,
+            namespace,
+            catalog,
+        )
+
+
+def test_two_targets_build_push_mirror_and_test_inside_the_image(image_nights, registries):
+    repo = f"{image_nights.namespace}sample"
+    ecr, acr = image_nights.registry("ecr"), image_nights.registry("acr")
+    for target, framework in (("alpha-amd64", "alpha"), ("beta-amd64", "beta")):
+        outcome = image_nights.run("2026-11-03", target)
+        runtime = image_nights.manifest("2026-11-03", target, "runtime_image")
+        run_tag = f"nightly-{framework}-amd64-run-{outcome.run.run_id[:8]}"
+        for tag in (f"nightly-{framework}-amd64", run_tag):
+            assert ecr.manifest_digest(repo, tag) == runtime["digest"]
+            assert acr.manifest_digest(repo, tag) == runtime["digest"]
+        assert ecr.missing_blobs(repo, runtime["digest"]) == []
+        assert acr.missing_blobs(repo, runtime["digest"]) == []
+        framework_tag = f"main-{framework}-framework-amd64"
+        assert ecr.manifest_digest(repo, framework_tag) is not None
+        assert acr.manifest_digest(repo, framework_tag) is None  # ACR gets the runtime image only
+        counts = image_nights.resources["warehouse"].store().suite_counts(
+            NightKey("images", dt.date(2026, 11, 3), target)
+        )
+        assert counts["tests_unit"]["passed"] == counts["tests_unit"]["total"] == HISTORY[0].expect["unit"]
+        # No GPU on this runner's host: the GPU suite is only collected (seed 001's dry run).
+        assert counts["tests_e2e_gpu_1"]["collected"] == HISTORY[0].expect["e2e_gpu_1"]
+        assert counts["tests_e2e_gpu_1"]["passed"] == 0
+        junit = image_nights.home / "artefacts/images/2026-11-03" / target / "tests_unit/out/junit.xml"
+        assert junit.is_file()
+        meta = image_nights.metadata(outcome.run, "runtime_image")
+        assert meta["digest"] == runtime["digest"] and meta["architecture"] == "amd64"
+    checks_run = image_nights.instance.event_log_storage.get_asset_check_execution_history(
+        dg.AssetCheckKey(dg.AssetKey(["images", "runtime_image"]), checks.IMAGE_IN_REGISTRIES), limit=10
+    )
+    assert len(checks_run) == 2 and all(c.evaluation.passed for c in checks_run if c.evaluation)
+
+
+def test_second_night_builds_the_framework_from_cache_and_expires_old_run_tags(image_nights):
+    repo = f"{image_nights.namespace}sample"
+    ecr, acr = image_nights.registry("ecr"), image_nights.registry("acr")
+    first = image_nights.run("2026-11-03")
+    assert first.succeeded
+    old_run_tag = f"nightly-alpha-amd64-run-{first.run.run_id[:8]}"
+    # Forget every local copy: the next night's cache can only come from the registry.
+    client = image_nights.resources["docker_pool"].client("cpu-amd-m5-4xlarge")
+    framework = image_nights.manifest("2026-11-03", "alpha-amd64", "framework_image")
+    client.images.remove(framework["image_id"], force=True)
+    later = image_nights.run("2026-11-12")  # nine days later: past the 7-day retention
+    assert later.succeeded
+    meta = image_nights.metadata(later.run, "framework_image")
+    assert meta["cache_hit_share"] == 1.0, meta["cached_steps"]
+    for registry in (ecr, acr):
+        tags = registry.tags(repo)
+        assert old_run_tag not in tags, registry.name
+        assert f"nightly-alpha-amd64-run-{later.run.run_id[:8]}" in tags
+    assert "nightly-alpha-amd64" in ecr.tags(repo)
+
+
+def test_registry_check_fails_when_one_registry_lacks_the_digest(image_nights):
+    assert image_nights.run("2026-11-03").succeeded
+    runtime = image_nights.manifest("2026-11-03", "alpha-amd64", "runtime_image")
+    registries = image_nights.resources["registries"]
+    key = dg.AssetKey(["images", "runtime_image"])
+    assert checks.image_in_registries(key, registries, runtime["published"], runtime["digest"]).passed
+    acr = image_nights.registry("acr")
+    acr.delete_manifest(f"{image_nights.namespace}sample", runtime["digest"])
+    result = checks.image_in_registries(key, registries, runtime["published"], runtime["digest"])
+    assert not result.passed
+    assert "acr" in (result.description or "") and "missing" in (result.description or "")
+
+
+def test_tests_pull_the_image_from_the_registry_when_the_engine_lacks_it(image_nights):
+    assert image_nights.run("2026-11-03").succeeded
+    runtime = image_nights.manifest("2026-11-03", "alpha-amd64", "runtime_image")
+    client = image_nights.resources["docker_pool"].client("gpu-l40-amd64")
+    client.images.remove(runtime["image_id"], force=True)
+    key = dg.AssetKey(["images", "tests_unit"])
+    result = dg.materialize(
+        [image_nights.defs.get_assets_def(key)],
+        partition_key="2026-11-03|alpha-amd64",
+        resources=image_nights.resources,
+        instance=image_nights.instance,
+    )
+    assert result.success
+    assert client.images.get(runtime["reference"]).id == runtime["image_id"]
+
+
+def test_credentials_never_reach_logs_metadata_or_artefacts(image_nights, registries):
+    outcome = image_nights.run("2026-11-03")
+    assert outcome.succeeded
+    secrets_ = [r.password for r in registries]
+    for record in image_nights.instance.get_records_for_run(outcome.run.run_id).records:
+        text = str(record.event_log_entry)
+        assert not any(s in text for s in secrets_)
+    assert not any(s in json.dumps(outcome.run.run_config) for s in secrets_)
+    for path in (image_nights.home / "artefacts").rglob("*"):
+        if path.is_file() and path.stat().st_size < 5_000_000:
+            content = path.read_bytes()
+            assert not any(s.encode() in content for s in secrets_), path
+
+
+def test_a_failed_image_build_starts_no_test_container(image_nights, docker_engine, monkeypatch):
+    monkeypatch.setenv("NIGHTLY_BASE_IMAGE", "nightly-base/does-not-exist:none")
+    image_nights.defs = build_definitions(image_nights.catalog_path)
+    client = docker_engine.client()
+    before = {c.id for c in client.containers.list(all=True)}
+    outcome = image_nights.run("2026-11-03", expect_success=False)
+    assert not outcome.succeeded
+    key = NightKey("images", dt.date(2026, 11, 3), "alpha-amd64")
+    stages = {s.stage: s.status for s in image_nights.resources["warehouse"].store().stages(key)}
+    assert stages["framework_image"] == "failure"
+    assert "tests_unit" not in stages or stages["tests_unit"] != "success"
+    assert {c.id for c in client.containers.list(all=True)} == before
