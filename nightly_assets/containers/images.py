@@ -89,7 +89,8 @@ class ImageStage:
         )
         published, digest, attempts = self._publish(client, built)
         retention = self._retention() if published else {}
-        reference = next(iter(published.values()))[0] if published else local_tags[0]
+        primary = next(iter(published), None)  # the first push_to role: where runners pull from
+        reference = published[primary][0] if primary else local_tags[0]
         manifest = {
             "mode": "image",
             "image_id": built.image_id,
@@ -97,6 +98,7 @@ class ImageStage:
             "reference": reference,
             "digest": digest,
             "published": published,
+            "primary_registry": primary,
             "python": self.params.get("python", "python3"),
             "rootdir": recipes.WORKDIR,
             "build": {
@@ -117,6 +119,7 @@ class ImageStage:
             "size_mb": dg.MetadataValue.float(round(built.size_bytes / 1e6, 1)),
             "architecture": built.architecture,
             "push_attempts": attempts,
+            "cache_from": ", ".join(cache_from) or "none",
         }
         if published:
             metadata["published"] = dg.MetadataValue.md(

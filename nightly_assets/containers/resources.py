@@ -135,7 +135,12 @@ class ContainerRegistriesResource(dg.ConfigurableResource):
         endpoint = self.endpoint(role)
         if endpoint.username is None:
             return None
-        return {"username": endpoint.username, "password": _password(role, endpoint) or ""}
+        password = _password(role, endpoint) or ""
+        return {
+            "username": endpoint.username,
+            "password": password,
+            "serveraddress": self.registry(role).host,
+        }
 
 
 def _password(role: str, endpoint: RegistryEndpoint) -> str | None:
@@ -143,5 +148,7 @@ def _password(role: str, endpoint: RegistryEndpoint) -> str | None:
         return None
     value = os.environ.get(endpoint.password_env)
     if value is None:
-        raise RegistryError(f"registry role '{role}': environment variable {endpoint.password_env} is not set")
+        raise RegistryError(
+            f"registry role '{role}': environment variable {endpoint.password_env} is not set"
+        )
     return value

@@ -76,7 +76,7 @@ def _ensure_image(
         except docker.errors.ImageNotFound:
             continue
     reference = environment["reference"]
-    role = next(iter(environment.get("published") or {}), None)
+    role = environment.get("primary_registry")
     if role is None or not pull_image(client, reference, registries.engine_auth(role)):
         raise ImageNotAvailable(f"image {reference} is not on this engine and no registry serves it")
     return str(reference)

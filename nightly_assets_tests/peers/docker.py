@@ -146,13 +146,14 @@ def _log_tail(path: Path, lines: int = 15) -> str:
         return "(no log)"
 
 
-def _pid_alive(pidfile: Path) -> int | None:
+def _dockerd_alive(pidfile: Path) -> int | None:
+    """The pid in ``pidfile`` if that process is still a dockerd (pids get reused)."""
     try:
         pid = int(pidfile.read_text().strip())
-        os.kill(pid, 0)
+        command = Path(f"/proc/{pid}/comm").read_text().strip()
     except (OSError, ValueError):
         return None
-    return pid
+    return pid if command == "dockerd" else None
 
 
 def _start_dockerd(layout: _Layout) -> subprocess.Popen[bytes]:
@@ -164,7 +165,7 @@ def _start_dockerd(layout: _Layout) -> subprocess.Popen[bytes]:
         )
     for directory in (layout.data_root, layout.exec_root, layout.socket.parent):
         directory.mkdir(parents=True, exist_ok=True)
-    stale = _pid_alive(layout.pidfile)
+    stale = _dockerd_alive(layout.pidfile)
     if stale is not None:
         pytest.fail(
             f"a dockerd (pid {stale}, {layout.pidfile}) is running but does not answer on "

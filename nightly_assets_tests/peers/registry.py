@@ -599,17 +599,18 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         """The proxy's ``log`` is the record; nothing goes to stderr."""
 
     def _proxy(self) -> None:
-        proxy = self.server.proxy
-        split = urlsplit(self.path)
-        fault = proxy._take_fault(self.command, split.path)
-        if fault is not None:
-            status, retry_after = fault
-            self._drain_body()
-            self._send_injected(status, retry_after)
-            proxy._record(ProxiedRequest(self.command, split.path, split.query, status, injected=True))
+        fault = self.server.proxy._take_fault(self.command, urlsplit(self.path).path)
+        if fault is None:
+            self._forward()
             return
-        status = self._forward()
-        proxy._record(ProxiedRequest(self.command, split.path, split.query, status, injected=False))
+        status, retry_after = fault
+        self._drain_body()
+        self._send_injected(status, retry_after)
+
+    def _log(self, status: int, injected: bool) -> None:
+        """Recorded before the body goes out: a client that has read the response finds it logged."""
+        split = urlsplit(self.path)
+        self.server.proxy._record(ProxiedRequest(self.command, split.path, split.query, status, injected))
 
     do_GET = do_HEAD = do_POST = do_PUT = do_PATCH = do_DELETE = do_OPTIONS = _proxy
 
@@ -657,11 +658,12 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         if retry_after is not None:
             self.send_header("Retry-After", retry_after)
+        self._log(status, injected=True)
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(body)
 
-    def _forward(self) -> int:
+    def _forward(self) -> None:
         proxy = self.server.proxy
         upstream = http.client.HTTPSConnection(
             proxy._upstream_host,
@@ -690,14 +692,10 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             response = upstream.getresponse()
             started = True
             self._relay(response)
-            return response.status
         except (OSError, http.client.HTTPException) as error:
-            if started:
-                self.close_connection = True
-                return 599  # the client saw a truncated response
             self.close_connection = True
-            self._send_gateway_error(error)
-            return 502
+            if not started:  # else the client got a truncated response: the log has its status
+                self._send_gateway_error(error)
         finally:
             upstream.close()
 
@@ -713,6 +711,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             self.send_header(name, proxy.rewrite_location(value) if lower == "location" else value)
         if rechunk:
             self.send_header("Transfer-Encoding", "chunked")
+        self._log(response.status, injected=False)
         self.end_headers()
         if not has_body:
             return
@@ -724,6 +723,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
     def _send_gateway_error(self, error: BaseException) -> None:
         message = f"proxy could not reach {self.server.proxy.upstream.url}: {type(error).__name__}"
         body = json.dumps({"errors": [{"code": "UNAVAILABLE", "message": message}]}).encode()
+        self._log(502, injected=False)
         with contextlib.suppress(OSError):
             self.send_response_only(502)
             self.send_header("Content-Type", "application/json; charset=utf-8")
