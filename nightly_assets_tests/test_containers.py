@@ -94,6 +94,11 @@ class ImageNights:
             assert outcome.succeeded, "\n".join(failed)
         return outcome
 
+    def rebuild(self) -> None:
+        """Definitions and resources again, from the environment as the test changed it."""
+        self.defs = build_definitions(self.catalog_path)
+        self.resources = resources_for("local", self.home)
+
     @property
     def store(self):
         return self.resources["warehouse"].store()
@@ -248,3 +253,51 @@ def test_a_failed_image_build_starts_no_test_container(image_nights, docker_engi
     assert stages["framework_image"] == "failure"
     assert "tests_unit" not in stages or stages["tests_unit"] != "success"
     assert {c.id for c in client.containers.list(all=True)} == before
+
+
+def test_mirror_through_500_and_429_still_lands_a_whole_image(
+    image_nights, registries, faulty_acr, monkeypatch
+):
+    monkeypatch.setenv("NIGHTLY_REGISTRY_ACR_URL", faulty_acr.url)
+    monkeypatch.setenv("NIGHTLY_REGISTRY_BACKOFF_S", "0.05")
+    image_nights.rebuild()
+    faulty_acr.fail("POST", r"/v2/.+/blobs/uploads/", [500])
+    faulty_acr.fail("PUT", r"/v2/.+/blobs/uploads/.+", [429], retry_after="1")
+    faulty_acr.fail("PUT", r"/v2/.+/blobs/uploads/.+", [502])
+    faulty_acr.fail("HEAD", r"/v2/.+/blobs/.+", [503])
+    faulty_acr.fail("PUT", r"/v2/.+/manifests/.+", [500, 429])
+    image_nights.run("2026-11-03")
+    assert faulty_acr.pending_faults() == 0
+    assert sorted(r.status for r in faulty_acr.log if r.injected) == [429, 429, 500, 500, 502, 503]
+    runtime = image_nights.manifest("2026-11-03", "alpha-amd64", "runtime_image")
+    repo = f"{image_nights.namespace}sample"
+    direct = OciRegistry(
+        "acr",
+        registries.acr.url,
+        registries.acr.username,
+        registries.acr.password,
+        verify=str(registries.acr.ca_cert),
+    )
+    assert direct.manifest_digest(repo, "nightly-alpha-amd64") == runtime["digest"]
+    assert direct.missing_blobs(repo, runtime["digest"]) == []
+
+
+def test_a_registry_that_keeps_failing_gets_no_partial_tag(image_nights, registries, faulty_acr, monkeypatch):
+    monkeypatch.setenv("NIGHTLY_REGISTRY_ACR_URL", faulty_acr.url)
+    monkeypatch.setenv("NIGHTLY_REGISTRY_BACKOFF_S", "0.01")
+    image_nights.rebuild()
+    faulty_acr.fail("PUT", r"/v2/.+/blobs/uploads/.+", [500] * 200)
+    outcome = image_nights.run("2026-11-03", expect_success=False)
+    assert not outcome.succeeded
+    key = NightKey("images", dt.date(2026, 11, 3), "alpha-amd64")
+    stages = {s.stage: s for s in image_nights.store.stages(key)}
+    assert stages["runtime_image"].status == "failure" and "acr" in (stages["runtime_image"].detail or "")
+    assert "tests_unit" not in stages
+    direct = OciRegistry(
+        "acr",
+        registries.acr.url,
+        registries.acr.username,
+        registries.acr.password,
+        verify=str(registries.acr.ca_cert),
+    )
+    assert direct.tags(f"{image_nights.namespace}sample") == []  # nothing tagged, not even by digest

@@ -54,4 +54,7 @@ def registries_from_env() -> ContainerRegistriesResource:
             ca_cert=os.environ.get(prefix + "CA_CERT"),
             namespace=os.environ.get(prefix + "NAMESPACE", ""),
         )
-    return ContainerRegistriesResource(registries=registries)
+    backoff = os.environ.get("NIGHTLY_REGISTRY_BACKOFF_S")  # first retry's delay; it doubles
+    return ContainerRegistriesResource(
+        registries=registries, **({"backoff_s": float(backoff)} if backoff else {})
+    )
