@@ -1,13 +1,14 @@
 """`python -m benchmarks`: run every benchmark and print the ratios (see README)."""
 
-from benchmarks import definitions_load, night_overhead
+from benchmarks import definitions_load, image_cache, night_overhead
 
 
 def main() -> None:
-    ratios = {**definitions_load.main(), **night_overhead.main()}
+    ratios = {**definitions_load.main(), **night_overhead.main(), **image_cache.main()}
+    width = max(28, *(len(name) for name in ratios))
     print("\nratios:")
     for name, value in ratios.items():
-        print(f"  {name:<28} {value:6.2f}")
+        print(f"  {name:<{width}} {value:6.2f}")
 
 
 if __name__ == "__main__":

@@ -17,4 +17,8 @@ def nightly_home(tmp_path, monkeypatch):
     monkeypatch.setenv("NIGHTLY_ENV", "local")
     monkeypatch.delenv("NIGHTLY_WAREHOUSE_URL", raising=False)
     monkeypatch.delenv("NIGHTLY_CATALOG_DIR", raising=False)
+    # No engine unless a test asks for one (the `docker_engine` fixture): the demo then takes
+    # its virtualenv path whatever the developer's machine runs.
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/nightly-no-docker.sock")
+    monkeypatch.delenv("NIGHTLY_RUNNER_POOL", raising=False)
     return home

@@ -301,3 +301,26 @@ def test_a_registry_that_keeps_failing_gets_no_partial_tag(image_nights, registr
         verify=str(registries.acr.ca_cert),
     )
     assert direct.tags(f"{image_nights.namespace}sample") == []  # nothing tagged, not even by digest
+
+
+def test_demo_night_runs_in_containers_when_an_engine_is_there(
+    nightly_home, tmp_path, monkeypatch, docker_engine, base_image
+):
+    monkeypatch.setenv("DOCKER_HOST", docker_engine.host)
+    (tmp_path / "dagster_home").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "dagster_home")) as instance:
+        resources = resources_for("local", nightly_home)
+        key = NightKey("demo", dt.date(2026, 11, 3), "cpu")
+        outcome = run_night(build_definitions(), instance, load_catalog(), key, resources["notifier"])
+        assert outcome.succeeded
+    night = nightly_home / "artefacts/demo/2026-11-03/cpu"
+    image = json.loads((night / "image/manifest.json").read_text())
+    assert image["mode"] == "image" and image["build"]["architecture"] == "amd64"
+    counts = resources["warehouse"].store().suite_counts(key)
+    assert counts["tests_unit"]["passed"] == counts["tests_unit"]["total"] == HISTORY[0].expect["unit"] + 1
+    assert counts["tests_integration"]["passed"] == HISTORY[0].expect["integration"]
+    assert counts["tests_e2e_gpu_1"]["collected"] == HISTORY[0].expect["e2e_gpu_1"]
+    assert (night / "tests_unit/out/junit.xml").is_file()
+    bench = json.loads((night / "benchmarks/manifest.json").read_text())["benchmarks"]
+    assert bench and all(v["value"] > 0 for v in bench.values())
+    assert (night / "benchmarks/out/timing.json").is_file()  # measured inside the image

@@ -120,7 +120,9 @@ def compose_values() -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def compose_config(tmp_path_factory: pytest.TempPathFactory, compose_values: dict[str, str]) -> dict[str, Any]:
+def compose_config(
+    tmp_path_factory: pytest.TempPathFactory, compose_values: dict[str, str]
+) -> dict[str, Any]:
     """`docker-compose config` with only the required settings: the file as compose resolves it."""
     result = _compose(["config"], compose_values, tmp_path_factory.mktemp("compose"))
     assert result.returncode == 0, f"docker-compose config failed:\n{result.stderr}"
@@ -151,7 +153,10 @@ def test_secret_values_come_from_the_environment(
         environment = services[service]["environment"]
         for name, value in compose_values.items():
             assert environment.get(name) == value, f"{service}: {name} is not taken from the environment"
-    assert services["postgres"]["environment"]["POSTGRES_PASSWORD"] == compose_values["DAGSTER_POSTGRES_PASSWORD"]
+    assert (
+        services["postgres"]["environment"]["POSTGRES_PASSWORD"]
+        == compose_values["DAGSTER_POSTGRES_PASSWORD"]
+    )
 
 
 def test_no_secret_is_written_into_the_files(compose_values: dict[str, str]) -> None:
@@ -225,9 +230,9 @@ def test_launcher_config_matches_the_docker_run_launcher_schema(deploy_env: dict
     result = process_config(DockerRunLauncher.config_type(), block["config"])
     assert result.success, result.errors
     # What the instance does with the block: import the class, validate, construct.
-    launcher = ConfigurableClassData(block["module"], block["class"], yaml.safe_dump(block["config"])).rehydrate(
-        DockerRunLauncher
-    )
+    launcher = ConfigurableClassData(
+        block["module"], block["class"], yaml.safe_dump(block["config"])
+    ).rehydrate(DockerRunLauncher)
     assert isinstance(launcher, DockerRunLauncher)
     assert launcher.networks == ["nightly_network"]
     assert launcher.container_kwargs["auto_remove"] is True
@@ -237,7 +242,8 @@ def test_launcher_config_matches_the_docker_run_launcher_schema(deploy_env: dict
 
 
 @pytest.mark.parametrize(
-    ("key", "typo"), [("container_kwargs", "container_kwarg"), ("env_vars", "env_var"), ("network", "netwrok")]
+    ("key", "typo"),
+    [("container_kwargs", "container_kwarg"), ("env_vars", "env_var"), ("network", "netwrok")],
 )
 def test_a_typo_in_the_launcher_config_is_caught(key: str, typo: str) -> None:
     config = _launcher_config()
@@ -268,7 +274,8 @@ def test_run_containers_share_the_network_and_volumes_compose_creates(compose_co
     compute_logs_dir = _deploy_config()["compute_logs"]["config"]["base_dir"]
     assert compute_logs_dir in run_mounts, "the compute logs would be removed with the run container"
     webserver_mounts = {
-        volume.split(":")[1]: volume.split(":")[0] for volume in compose_config["services"]["webserver"]["volumes"]
+        volume.split(":")[1]: volume.split(":")[0]
+        for volume in compose_config["services"]["webserver"]["volumes"]
     }
     assert webserver_mounts.get(compute_logs_dir) == run_mounts[compute_logs_dir]
     artefacts_dir = _deploy_config()["local_artifact_storage"]["config"]["base_dir"]
@@ -299,7 +306,9 @@ def test_every_variable_the_runs_need_is_set_in_the_daemon(compose_config: dict[
     assert not unset, f"the daemon would fail to launch runs: {sorted(unset)} unset"
     assert daemon_env["DOCKER_HOST"] == "unix:///var/run/docker.sock"
     for service in DAGSTER_SERVICES:
-        assert any(v.endswith(":/var/run/docker.sock:rw") for v in compose_config["services"][service]["volumes"])
+        assert any(
+            v.endswith(":/var/run/docker.sock:rw") for v in compose_config["services"][service]["volumes"]
+        )
 
 
 # -- a real instance on PostgreSQL ----------------------------------------------------------------
@@ -312,7 +321,11 @@ def postgres_database() -> Iterator[str]:
 
     try:
         admin = psycopg2.connect(
-            host=POSTGRES_HOST, port=POSTGRES_PORT, user=POSTGRES_ADMIN_USER, dbname="postgres", connect_timeout=5
+            host=POSTGRES_HOST,
+            port=POSTGRES_PORT,
+            user=POSTGRES_ADMIN_USER,
+            dbname="postgres",
+            connect_timeout=5,
         )
     except psycopg2.OperationalError as exc:
         pytest.fail(
@@ -394,6 +407,7 @@ def test_run_container_is_removed_and_its_logs_are_kept(
     compute_logs_dir = _deploy_config()["compute_logs"]["config"]["base_dir"]
     client = docker_engine.client()
     created_network = created_volumes = None
+    container_id = None
     try:
         network = launcher_config["network"]
         if network not in {n.name for n in client.networks.list()}:
@@ -409,7 +423,9 @@ def test_run_container_is_removed_and_its_logs_are_kept(
             out_dir = f"{compute_logs_dir}/{run.run_id}"
             names = ["NIGHTLY_ENV", "DAGSTER_RUN_JOB_NAME", *SECRET_VARS]
             # The container the launcher would start for a run, with a stand-in run worker.
-            launcher._launch_container_with_command(run, base_image, ["python3", "-c", _WORKER, out_dir, *names])
+            launcher._launch_container_with_command(
+                run, base_image, ["python3", "-c", _WORKER, out_dir, *names]
+            )
             run = instance.get_run_by_id(run.run_id)
             assert run is not None
             container_id = run.tags[DOCKER_CONTAINER_ID_TAG]
@@ -435,7 +451,11 @@ def test_run_container_is_removed_and_its_logs_are_kept(
             # What the worker wrote under the compute-log dir outlived its container.
             volumes = launcher_config["container_kwargs"]["volumes"]
             kept = client.containers.run(
-                base_image, ["cat", f"{out_dir}/probe.json"], volumes=volumes, network_mode="none", remove=True
+                base_image,
+                ["cat", f"{out_dir}/probe.json"],
+                volumes=volumes,
+                network_mode="none",
+                remove=True,
             )
             seen = json.loads(kept)
             assert seen["NIGHTLY_ENV"] == "prod"
@@ -446,6 +466,9 @@ def test_run_container_is_removed_and_its_logs_are_kept(
                 base_image, ["rm", "-rf", out_dir], volumes=volumes, network_mode="none", remove=True
             )
     finally:
+        if container_id is not None:  # left behind only when the engine did not remove it
+            for leftover in client.containers.list(all=True, filters={"id": container_id}):
+                leftover.remove(force=True)
         for volume in client.volumes.list():
             if volume.name in (created_volumes or []):
                 volume.remove(force=True)
