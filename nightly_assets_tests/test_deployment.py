@@ -329,8 +329,9 @@ def postgres_database() -> Iterator[str]:
         )
     except psycopg2.OperationalError as exc:
         pytest.fail(
-            f"the PostgreSQL peer does not answer on {POSTGRES_HOST}:{POSTGRES_PORT} as {POSTGRES_ADMIN_USER} "
-            f"(trust auth): apt-get install postgresql and start it, or set NIGHTLY_TEST_POSTGRES_USER: {exc}"
+            f"the PostgreSQL peer does not answer on {POSTGRES_HOST}:{POSTGRES_PORT} as "
+            f"{POSTGRES_ADMIN_USER} (trust auth): apt-get install postgresql and start it, "
+            f"or set NIGHTLY_TEST_POSTGRES_USER: {exc}"
         )
     admin.autocommit = True
     name = f"nightly_deploy_{uuid.uuid4().hex[:12]}"
@@ -361,8 +362,8 @@ def test_deploy_yaml_makes_a_working_instance_on_postgres(
         assert type(instance.compute_log_manager).__name__ == "LocalComputeLogManager"
         assert instance.run_coordinator is not None
         assert type(instance.run_coordinator).__name__ == "QueuedRunCoordinator"
-        assert instance.get_concurrency_config().run_queue_config is not None
-        assert instance.get_concurrency_config().run_queue_config.max_concurrent_runs == 4
+        run_queue = instance.get_concurrency_config().run_queue_config
+        assert run_queue is not None and run_queue.max_concurrent_runs == 4
         assert (instance.run_retries_enabled, instance.run_retries_max_retries) == (True, 2)
         assert instance.run_monitoring_enabled
         assert instance.run_launcher.supports_check_run_worker_health
