@@ -10,7 +10,7 @@ NIGHT ?= 2026-11-03
 setup: ## create the virtualenv and install the project with its dev tools
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e ".[dev]"
+	$(BIN)/python -m pip install -q -e ".[dev,deploy]"
 	$(BIN)/nightly init
 
 check: ## lint, format, types, and the definitions as dg sees them

@@ -15,7 +15,7 @@ def test_an_unreachable_registry_is_named_after_its_retries():
 
 
 def test_an_unconfigured_role_says_which_variable_to_set():
-    with pytest.raises(RegistryError, match="role 'acr' is not configured.*NIGHTLY_REGISTRY_ACR_URL"):
+    with pytest.raises(RegistryError, match=r"role 'acr' is not configured.*NIGHTLY_REGISTRY_ACR_URL"):
         ContainerRegistriesResource().registry("acr")
 
 
