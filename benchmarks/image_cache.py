@@ -49,6 +49,9 @@ class _Night:
     wall_s: float
     builds: list[BuildResult]
 
+    def role_s(self, role: str) -> float:
+        return sum(b.duration_s for b in self.builds if b.tags[0].startswith(f"bench/{role}-"))
+
     @property
     def steps(self) -> int:
         return sum(b.steps for b in self.builds)
@@ -212,11 +215,11 @@ def main() -> dict[str, float]:
             f"ended?): {type(exc).__name__}"
         )
         return {}
-    print("  night              wall   steps from cache   share")
+    print("  night                 wall  framework    runtime   steps from cache  share")
     for label, night in (("cold", cold), ("cached", warm)):
         print(
-            f"  {label:<6} {night.night}  {night.wall_s:6.2f} s   {night.cached:5d} / {night.steps:<5d}"
-            f"      {night.share:4.0%}"
+            f"  {label:<6} {night.night}  {night.wall_s:6.2f} s  {night.role_s('framework'):7.2f} s"
+            f"  {night.role_s('runtime'):7.2f} s  {night.cached:8d} / {night.steps:<5d}  {night.share:5.0%}"
         )
     print(f"  cold/cached wall time: {cold.wall_s / warm.wall_s:5.2f}x")
     if cold.cached:

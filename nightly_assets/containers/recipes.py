@@ -72,7 +72,8 @@ def runtime_context(
             raise FileNotFoundError(f"shipped suite '{suite}' does not exist (known: {known})")
         shutil.copytree(source, work / "suites" / suite, ignore=shutil.ignore_patterns("__pycache__"))
     lines += [f"COPY work/ {WORKDIR}/", f"WORKDIR {WORKDIR}"]
-    lines += [f"LABEL {name}={_quote(value)}" for name, value in sorted(labels.items())]
+    if labels:  # one instruction: under vfs every uncached step copies the whole filesystem
+        lines.append("LABEL " + " ".join(f"{name}={_quote(value)}" for name, value in sorted(labels.items())))
     (dest / "Dockerfile").write_text("\n".join(lines) + "\n")
     return BuildContext(dest, "Dockerfile", {"FROM_IMAGE": from_image})
 
