@@ -2,7 +2,6 @@
 wheels and tests, pushed with seed 001's tags to the registry roles, or a virtualenv instead where
 the stage allows it and no engine answers (the demo on a machine without Docker)."""
 
-import datetime as dt
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -83,8 +82,3 @@ def _wheels(artefacts: ArtefactStoreResource, key: Any, wheels_stage: str | None
     if wheels_stage is None:
         return []
     return [Path(w) for w in artefacts.read_manifest(key, wheels_stage)["wheels"]]
-
-
-def retention_cutoff(night: dt.date, days: int) -> dt.date:
-    """Run tags of nights before this date are deleted (the catalog's `retention_days`)."""
-    return night - dt.timedelta(days=days)

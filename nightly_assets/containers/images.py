@@ -58,9 +58,11 @@ class ImageStage:
             "run_id": self.run_id[:RUN_ID_CHARS],
         }
 
+    def tag_templates(self) -> list[str]:
+        return self.params.get("tags") or ([self.params["tag"]] if "tag" in self.params else [])
+
     def tags(self) -> list[str]:
-        templates = self.params.get("tags") or ([self.params["tag"]] if "tag" in self.params else [])
-        return [t.format(**self.template_vars()) for t in templates]
+        return [t.format(**self.template_vars()) for t in self.tag_templates()]
 
     def build_and_publish(
         self, repo_root: Path, sha: str, wheels: list[Path], base: dict[str, Any] | None
@@ -179,20 +181,21 @@ class ImageStage:
         )
         return context, cache_from
 
+    @property
+    def image_name(self) -> str:
+        """The repository name in every registry (before the role's namespace)."""
+        return str(self.params.get("repository", self.spec.pipeline.name))
+
     def _repository(self, role: str) -> str:
-        return self.registries.repository(role, self.params.get("repository", self.spec.pipeline.name))
+        return self.registries.repository(role, self.image_name)
 
     def _published_references(self) -> list[str]:
         """Where last night's image of this stage was pushed under its stable tag (the cache)."""
         push_to = self.params.get("push_to", [])
-        tags = [t for t in self.tags() if "{run_id}" not in t]
-        return (
-            [f"{self.registries.registry(push_to[0]).host}/{self._repository(push_to[0])}:{t}" for t in tags][
-                :1
-            ]
-            if push_to
-            else []
-        )
+        if not push_to:
+            return []
+        stable = [t.format(**self.template_vars()) for t in self.tag_templates() if "{run_id}" not in t]
+        return [self.registries.reference(push_to[0], self.image_name, tag) for tag in stable[:1]]
 
     def _auth_for(self, reference: str) -> dict[str, str] | None:
         for role in self.registries.roles():
@@ -236,7 +239,7 @@ class ImageStage:
 
     def _retention(self) -> dict[str, RetentionResult]:
         """Delete this stage's run tags older than the pipeline's retention, in every registry it uses."""
-        run_templates = [t for t in self.params.get("tags", []) if "{run_id}" in t]
+        run_templates = [t for t in self.tag_templates() if "{run_id}" in t]
         if not run_templates:
             return {}
         variables = {**self.template_vars(), "run_id": "\0"}

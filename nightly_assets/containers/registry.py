@@ -208,18 +208,9 @@ class OciRegistry:
 
     def _send(self, method: str, url: str, **kwargs: Any) -> requests.Response:
         headers = dict(kwargs.pop("headers", {}) or {})
-        resp = self._session.request(
-            method,
-            url,
-            headers={**self._auth(), **headers},
-            verify=self.verify,
-            timeout=self.timeout_s,
-            **kwargs,
-        )
-        challenge = resp.headers.get("WWW-Authenticate", "")
-        if resp.status_code == 401 and challenge.lower().startswith("bearer") and self._token is None:
-            self._token = self._fetch_token(challenge)
-            resp = self._session.request(
+
+        def send() -> requests.Response:  # _auth() changes once a token is fetched
+            return self._session.request(
                 method,
                 url,
                 headers={**self._auth(), **headers},
@@ -227,6 +218,12 @@ class OciRegistry:
                 timeout=self.timeout_s,
                 **kwargs,
             )
+
+        resp = send()
+        challenge = resp.headers.get("WWW-Authenticate", "")
+        if resp.status_code == 401 and challenge.lower().startswith("bearer") and self._token is None:
+            self._token = self._fetch_token(challenge)
+            resp = send()
         return resp
 
     def _auth(self) -> dict[str, str]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import dagster as dg
@@ -80,7 +79,3 @@ def _ensure_image(
     if role is None or not pull_image(client, reference, registries.engine_auth(role)):
         raise ImageNotAvailable(f"image {reference} is not on this engine and no registry serves it")
     return str(reference)
-
-
-def out_file(result: SuiteRun, name: str) -> Path:
-    return result.out_dir / name

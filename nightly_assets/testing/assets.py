@@ -70,6 +70,14 @@ def build_test_suite_asset(spec: StageSpec) -> dg.AssetsDefinition:
     return _test_report
 
 
+def _selection(suite: Suite, run: StageRun, gpus: int) -> tuple[str, bool]:
+    """The suite's marker expression for this target, and whether it only collects (seed 001's
+    dry run: an arch in `collect_only_on`, or fewer GPUs than the suite needs)."""
+    assert suite.markers is not None  # Bazel suites run through the RBE resource (issue #4)
+    markers = suite.markers.format(arch=run.target.arch, **run.target.params)
+    return markers, run.target.arch in suite.collect_only_on or gpus < suite.min_gpus
+
+
 def _run_suite(
     context: dg.AssetExecutionContext,
     run: StageRun,
@@ -79,11 +87,9 @@ def _run_suite(
     environment: dict,
     rootdir: Path,
 ) -> TestReport:
-    assert suite.markers is not None  # Bazel suites run through the RBE resource (issue #4)
-    markers = suite.markers.format(arch=run.target.arch, **run.target.params)
     runner_gpus = run.runner.gpus if run.runner else 0
     gpus = test_runner.visible_gpus() if runner_gpus == "auto" else runner_gpus
-    collect_only = run.target.arch in suite.collect_only_on or gpus < suite.min_gpus
+    markers, collect_only = _selection(suite, run, gpus)
     python = Path(environment["python"])
     log = run.workdir / "pytest.log"
     timeout_s = suite.timeout_minutes * 60
@@ -112,11 +118,9 @@ def _run_suite_in_image(
     registries: ContainerRegistriesResource,
 ) -> TestReport:
     """The suite in the night's image through Dagster Pipes, on the runner label's Docker host."""
-    assert suite.markers is not None
     name = spec.stage.name
-    markers = suite.markers.format(arch=run.target.arch, **run.target.params)
     gpus = visible_gpus(pool, run)
-    collect_only = run.target.arch in suite.collect_only_on or gpus < suite.min_gpus
+    markers, collect_only = _selection(suite, run, gpus)
     variables = {"arch": run.target.arch, "target": run.target.name, **run.target.params}
     env = {k: str(v).format(**variables) for k, v in spec.stage.params.get("env", {}).items()}
     env["NIGHTLY_EXPECTED_DEVICES"] = str(run.target.devices)

@@ -20,7 +20,6 @@ import hashlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -30,6 +29,8 @@ from pathlib import Path
 import docker  # type: ignore[import-untyped]
 import pytest
 import requests
+
+from nightly_assets_tests.peers.process import stop_process
 
 DOCKERD = "dockerd"
 DEBOOTSTRAP = "debootstrap"
@@ -216,14 +217,7 @@ def _start_dockerd(layout: _Layout) -> subprocess.Popen[bytes]:
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is not None:
-        return
-    process.send_signal(signal.SIGTERM)
-    try:
-        process.wait(timeout=STOP_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(timeout=10)
+    stop_process(process, STOP_TIMEOUT_S)
 
 
 @pytest.fixture(scope="session")

@@ -22,7 +22,6 @@ import json
 import re
 import secrets
 import shutil
-import signal
 import socket
 import ssl
 import subprocess
@@ -38,6 +37,8 @@ from urllib.parse import urlsplit
 import pytest
 import requests
 import yaml
+
+from nightly_assets_tests.peers.process import stop_process
 
 REGISTRY_BINARY = "docker-registry"
 LOOPBACK = "127.0.0.1"
@@ -267,14 +268,7 @@ def free_port() -> int:
 
 
 def _terminate(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is not None:
-        return
-    process.send_signal(signal.SIGTERM)
-    try:
-        process.wait(timeout=STOP_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(timeout=5)
+    stop_process(process, STOP_TIMEOUT_S)
 
 
 def _registry_config(
