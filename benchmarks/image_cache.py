@@ -101,27 +101,10 @@ def _engine() -> Iterator[docker.DockerClient]:
 
 def _base_image(client: docker.DockerClient) -> str:
     """The peers' base image, imported from the cached (or freshly debootstrapped) rootfs tarball."""
-    if peer._has_image(client, peer.BASE_IMAGE):
-        return peer.BASE_IMAGE
-    cache = peer.peers_dir() / "cache"
-    tarball = cache / peer.BASE_TARBALL
-    with peer._locked(cache / "lock"):
-        if peer._has_image(client, peer.BASE_IMAGE):
-            return peer.BASE_IMAGE
-        try:
-            if not tarball.exists():
-                print(f"  building the base image's rootfs ({tarball}) with debootstrap ...")
-                peer._build_rootfs_tarball(tarball)
-        except pytest.fail.Exception as exc:
-            raise _Skip(f"no base image {peer.BASE_IMAGE}: {exc}") from None
-        repository, tag = peer.BASE_IMAGE.rsplit(":", 1)
-        result = client.api.import_image_from_file(
-            str(tarball), repository=repository, tag=tag, changes=list(peer.BASE_CHANGES)
-        )
-        error = peer._import_result_error(result)
-        if error is not None:
-            raise _Skip(f"docker import of {tarball} as {peer.BASE_IMAGE} failed: {error}")
-    return peer.BASE_IMAGE
+    try:
+        return peer.ensure_base_image(client)
+    except peer.BaseImageError as exc:
+        raise _Skip(f"no base image {peer.BASE_IMAGE}: {exc}") from None
 
 
 def _build_night(

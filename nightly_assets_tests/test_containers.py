@@ -24,8 +24,8 @@ from nightly_assets.results import NightKey
 pytestmark = [pytest.mark.docker, pytest.mark.registry, pytest.mark.slow]
 HISTORY = load_history()
 
-# Seed 001's shape on the sample project: framework image (cache, ECR) -> runtime image (ECR + ACR)
-# -> suites inside it by markers.
+# Seeds 000 and 001 on the sample project: wheels built in a clean builder container -> framework
+# image (cache, ECR) -> runtime image (ECR + ACR) -> suites inside it by markers (arm64: collect).
 IMAGES_PIPELINE = """
 name: images
 title: Image path test pipeline
@@ -39,19 +39,25 @@ repositories:
 targets:
   - {name: alpha-amd64, arch: amd64, params: {framework: alpha}}
   - {name: beta-amd64, arch: amd64, params: {framework: beta}, build_args: {CUDA_VERSION: "129"}}
+  - {name: alpha-arm64, arch: arm64, params: {framework: alpha}, build_args: {CUDA_VERSION: "129"}}
 stages:
   - {name: sources, kind: sources, description: Pinned sample.}
-  - {name: wheels, kind: wheels, deps: [sources], runner: local, description: The wheel.}
+  - name: wheels
+    kind: wheels
+    deps: [sources]
+    runner: {amd64: cpu-amd-m5-4xlarge, arm64: cpu-arm-r8g-4xlarge}
+    description: The wheel, built in a clean container.
+    params: {builder: container}
   - name: framework_image
     kind: docker_image
     deps: [wheels]
-    runner: cpu-amd-m5-4xlarge
+    runner: {amd64: cpu-amd-m5-4xlarge, arm64: cpu-arm-r8g-4xlarge}
     description: Framework image, cached from last night.
     params: {role: framework, tag: "main-{framework}-framework-{arch}", push_to: [ecr], repository: sample}
   - name: runtime_image
     kind: docker_image
     deps: [framework_image]
-    runner: cpu-amd-m5-4xlarge
+    runner: {amd64: cpu-amd-m5-4xlarge, arm64: cpu-arm-r8g-4xlarge}
     description: Runtime image.
     params:
       role: runtime
@@ -63,12 +69,21 @@ stages:
     kind: test_suite
     deps: [runtime_image]
     description: Unit tests in the image.
-    suite: {markers: unit, timeout_minutes: 10, runner: gpu-l40-amd64}
+    suite:
+      markers: unit
+      timeout_minutes: 10
+      runner: {amd64: gpu-l40-amd64, arm64: cpu-arm-r8g-4xlarge}
+      collect_only_on: [arm64]
   - name: tests_e2e_gpu_1
     kind: test_suite
     deps: [runtime_image]
     description: GPU tests, collect-only without a GPU.
-    suite: {markers: e2e and gpu_1, timeout_minutes: 10, runner: gpu-l40-amd64, min_gpus: 1}
+    suite:
+      markers: e2e and gpu_1
+      timeout_minutes: 10
+      runner: {amd64: gpu-l40-amd64, arm64: cpu-arm-r8g-4xlarge}
+      min_gpus: 1
+      collect_only_on: [arm64]
   - name: night_summary
     kind: night_summary
     deps: [tests_unit, tests_e2e_gpu_1]
@@ -147,7 +162,7 @@ def image_nights(nightly_home, tmp_path, monkeypatch, docker_engine, base_image,
         )
 
 
-def test_two_targets_build_push_mirror_and_test_inside_the_image(image_nights, registries):
+def test_two_targets_build_push_mirror_and_test_inside_the_image(image_nights, registries, base_image):
     repo = f"{image_nights.namespace}sample"
     ecr, acr = image_nights.registry("ecr"), image_nights.registry("acr")
     runs = []
@@ -177,6 +192,10 @@ def test_two_targets_build_push_mirror_and_test_inside_the_image(image_nights, r
         assert junit.is_file()
         meta = image_nights.metadata(outcome.run, "runtime_image")
         assert meta["digest"] == runtime["digest"] and meta["architecture"] == "amd64"
+        wheels = image_nights.manifest("2026-11-03", target, "wheels")
+        assert wheels["builder"]["kind"] == "container" and wheels["builder"]["platform"] == "linux/amd64"
+        base_id = image_nights.resources["docker_pool"].client("local").images.get(base_image).id
+        assert wheels["builder"]["image_id"] == base_id
     checks_run = image_nights.instance.event_log_storage.get_asset_check_execution_history(
         dg.AssetCheckKey(dg.AssetKey(["images", "runtime_image"]), checks.IMAGE_IN_REGISTRIES), limit=10
     )
@@ -241,8 +260,13 @@ def test_tests_pull_the_image_from_the_registry_when_the_engine_lacks_it(image_n
     assert client.images.get(runtime["reference"]).id == runtime["image_id"]
 
 
-def test_a_failed_image_build_starts_no_test_container(image_nights, docker_engine, monkeypatch):
-    monkeypatch.setenv("NIGHTLY_BASE_IMAGE", "nightly-base/does-not-exist:none")
+def test_a_failed_image_build_starts_no_test_container(image_nights, docker_engine):
+    broken = IMAGES_PIPELINE.replace(
+        "push_to: [ecr], repository: sample}",
+        "push_to: [ecr], repository: sample, base_image: nightly-base/none:0}",
+    )
+    assert broken != IMAGES_PIPELINE
+    (image_nights.catalog_path / "pipelines" / "images.yaml").write_text(broken)
     image_nights.defs = build_definitions(image_nights.catalog_path)
     client = docker_engine.client()
     before = {c.id for c in client.containers.list(all=True)}
@@ -289,6 +313,36 @@ def test_a_registry_that_keeps_failing_gets_no_partial_tag(image_nights, registr
     assert "tests_unit" not in stages
     direct = _straight_to(registries.acr)
     assert direct.tags(f"{image_nights.namespace}sample") == []  # nothing tagged, not even by digest
+
+
+def test_arm64_targets_build_arm64_images_and_only_collect(
+    image_nights, docker_engine, arm64_base_image, tmp_path, monkeypatch
+):
+    # The arm64 runner is a host that builds linux/arm64; here the same engine, with a stand-in
+    # arm64 base image (this amd64 machine has no emulator; see peers/docker.py).
+    pool = tmp_path / "runner-pool.yaml"
+    pool.write_text(
+        f"default: {{docker_host: '{docker_engine.host}'}}\n"
+        f"hosts:\n  cpu-arm-r8g-4xlarge: {{docker_host: '{docker_engine.host}', platforms: [linux/arm64]}}\n"
+    )
+    monkeypatch.setenv("NIGHTLY_RUNNER_POOL", str(pool))
+    monkeypatch.setenv("NIGHTLY_BASE_IMAGE_ARM64", arm64_base_image)
+    image_nights.rebuild()
+    outcome = image_nights.run("2026-11-03", "alpha-arm64")
+    repo = f"{image_nights.namespace}sample"
+    runtime = image_nights.manifest("2026-11-03", "alpha-arm64", "runtime_image")
+    assert runtime["build"]["architecture"] == "arm64"
+    assert (
+        image_nights.manifest("2026-11-03", "alpha-arm64", "wheels")["builder"]["platform"] == "linux/arm64"
+    )
+    config = image_nights.registry("ecr").image_config(repo, "nightly-alpha-arm64")
+    assert config["architecture"] == "arm64"
+    assert image_nights.registry("acr").manifest_digest(repo, "nightly-alpha-arm64") == runtime["digest"]
+    counts = image_nights.store.suite_counts(NightKey("images", dt.date(2026, 11, 3), "alpha-arm64"))
+    assert counts["tests_unit"]["collected"] == HISTORY[0].expect["unit"]
+    assert counts["tests_e2e_gpu_1"]["collected"] == HISTORY[0].expect["e2e_gpu_1"]
+    assert counts["tests_unit"]["passed"] == counts["tests_e2e_gpu_1"]["passed"] == 0
+    assert outcome.succeeded
 
 
 def test_demo_night_runs_in_containers_when_an_engine_is_there(

@@ -4,6 +4,7 @@ import pytest
 
 from nightly_assets.containers.registry import OciRegistry, RegistryError
 from nightly_assets.containers.resources import ContainerRegistriesResource, RegistryEndpoint
+from nightly_assets_tests.peers.ecr_api import FakeEcrApi
 
 
 def test_an_unreachable_registry_is_named_after_its_retries():
@@ -39,3 +40,61 @@ def test_wrong_credentials_get_a_clear_401_without_the_password(registries):
     right = OciRegistry("ecr", ecr.url, ecr.username, ecr.password, verify=str(ecr.ca_cert))
     right.ping()
     assert right.tags("never/pushed") == []
+
+
+@pytest.fixture
+def ecr_api(registries):
+    """The fake ECR API handing out the real ECR-role registry's credentials as its token."""
+    ecr = registries["ecr"]
+    api = FakeEcrApi(ecr.username, ecr.password, ecr.url).start()
+    yield api
+    api.stop()
+
+
+@pytest.fixture
+def aws_env(monkeypatch, tmp_path):
+    """boto3's credential chain sees only what a test sets: no profile files, no instance metadata."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    return monkeypatch
+
+
+def _ecr_by_token(registries, api: FakeEcrApi) -> ContainerRegistriesResource:
+    ecr = registries["ecr"]
+    endpoint = RegistryEndpoint(
+        url=ecr.url, ca_cert=str(ecr.ca_cert), auth="ecr", aws_region="us-east-1", aws_endpoint_url=api.url
+    )
+    return ContainerRegistriesResource(registries={"ecr": endpoint})
+
+
+@pytest.mark.registry
+def test_ecr_token_flow_signs_in_to_the_real_registry_and_caches_the_token(registries, ecr_api, aws_env):
+    aws_env.setenv("AWS_ACCESS_KEY_ID", "AKIATESTNIGHTLY")
+    aws_env.setenv("AWS_SECRET_ACCESS_KEY", "test-secret-key")
+    resource = _ecr_by_token(registries, ecr_api)
+    registry = resource.registry("ecr")
+    registry.ping()
+    assert registry.tags("never/pushed") == []
+    auth = resource.engine_auth("ecr")
+    assert auth is not None and auth["username"] == registries["ecr"].username
+    assert auth["serveraddress"] == registry.host
+    assert ecr_api.calls == ["AKIATESTNIGHTLY"]  # signed with the chain's key, fetched once, cached
+
+
+@pytest.mark.registry
+def test_ecr_access_denied_is_named(registries, ecr_api, aws_env):
+    aws_env.setenv("AWS_ACCESS_KEY_ID", "AKIADENIED")
+    aws_env.setenv("AWS_SECRET_ACCESS_KEY", "test-secret-key")
+    ecr_api.deny = True
+    with pytest.raises(RegistryError, match=r"role 'ecr': ECR in us-east-1 .*AccessDeniedException"):
+        _ecr_by_token(registries, ecr_api).registry("ecr")
+
+
+@pytest.mark.registry
+def test_ecr_without_aws_credentials_says_what_to_set(registries, ecr_api, aws_env):
+    with pytest.raises(RegistryError, match="no AWS credentials"):
+        _ecr_by_token(registries, ecr_api).registry("ecr")
+    assert ecr_api.calls == []

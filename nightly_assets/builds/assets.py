@@ -3,14 +3,17 @@
 import hashlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 
 from nightly_assets.artefacts.resources import ArtefactStoreResource
 from nightly_assets.builds import checks
 from nightly_assets.builds.resources import PythonBuildResource
+from nightly_assets.containers.resources import DockerRunnerPoolResource
+from nightly_assets.containers.wheels import build_wheels_in_container
 from nightly_assets.remote.pending import StageNotAvailable, require_local_runner
-from nightly_assets.stages import StageSpec, recorded_stage
+from nightly_assets.stages import StageRun, StageSpec, recorded_stage
 from nightly_assets.warehouse.resources import WarehouseResource
 
 
@@ -19,28 +22,37 @@ def build_wheels_asset(spec: StageSpec) -> dg.AssetsDefinition:
     params = spec.stage.params
     repo = params.get("repo", spec.pipeline.repositories[0].name)
 
+    builder_kind = params.get("builder", "pip")
+
     @dg.asset(**spec.asset_args(check_specs=checks.wheel_check_specs(spec.key)))
     def _wheels(
         context: dg.AssetExecutionContext,
         builder: PythonBuildResource,
+        docker_pool: DockerRunnerPoolResource,
         artefacts: ArtefactStoreResource,
         warehouse: WarehouseResource,
     ) -> Iterator[dg.MaterializeResult]:
         """Wheels (and sdists) built from the night's pinned checkout."""
+        extra: dict[str, Any] = {}
         with recorded_stage(context, spec, artefacts, warehouse) as run:
-            require_local_runner(spec, run)
-            if params.get("builder", "pip") != "pip":
-                raise StageNotAvailable(
-                    f"{spec.key.to_user_string()}: builder '{params['builder']}' needs the Bazel/RBE "
-                    "or manylinux builders (issues #3, #4)"
-                )
             src = Path(artefacts.read_manifest(run.key, sources_stage)["repos"][repo]["path"])
             out = run.workdir / "dist"
-            wheels = builder.build_wheels(src, out, run.workdir / "build.log")
+            if builder_kind == "container":
+                extra = _build_in_container(context, run, docker_pool, src, out, params)
+                wheels = extra.pop("wheels")
+            elif builder_kind == "pip":
+                require_local_runner(spec, run)
+                wheels = builder.build_wheels(src, out, run.workdir / "build.log")
+            else:
+                raise StageNotAvailable(
+                    f"{spec.key.to_user_string()}: builder '{builder_kind}' "
+                    "needs the Bazel/RBE builder (issue #4)"
+                )
             sdists = builder.build_sdist(src, out, run.workdir / "sdist.log") if params.get("sdist") else []
             files = [*wheels, *sdists]
             run.manifest["wheels"] = [str(w) for w in wheels]
             run.manifest["sdists"] = [str(s) for s in sdists]
+            run.manifest["builder"] = {"kind": builder_kind, **extra}
             run.artefact = str(out)
             run.detail = ", ".join(f.name for f in files)
             context.log.info(f"built {run.detail}")
@@ -51,6 +63,7 @@ def build_wheels_asset(spec: StageSpec) -> dg.AssetsDefinition:
                 ),
                 "wheel_count": len(wheels),
                 "artefacts": dg.MetadataValue.path(str(out)),
+                **{f"builder_{k}": v for k, v in extra.items()},
             },
             check_results=[checks.wheel_metadata_valid(spec.key, wheels)],
         )
@@ -82,6 +95,43 @@ def build_environment_asset(spec: StageSpec) -> dg.AssetsDefinition:
         )
 
     return _environment
+
+
+def _build_in_container(
+    context: dg.AssetExecutionContext,
+    run: StageRun,
+    pool: DockerRunnerPoolResource,
+    src: Path,
+    out: Path,
+    params: dict[str, Any],
+) -> dict[str, Any]:
+    """Wheels from a fresh container of the builder image on the stage runner's Docker host."""
+    if run.runner is None or run.runner.kind != "docker":
+        raise StageNotAvailable(f"the container builder needs a docker runner, not '{run.runner_name}'")
+    image = str(params.get("builder_image", pool.base_image_for(run.target.arch)))
+    platform = pool.platform_for(run.runner_name, run.target.arch)
+    client = pool.client(run.runner_name)
+    context.log.info(f"building wheels of {src.name} in {image} ({platform}) on '{run.runner_name}'")
+    try:
+        built = build_wheels_in_container(
+            client,
+            image=image,
+            python=str(params.get("builder_python", "python3")),
+            src=src,
+            out=out,
+            log=run.workdir / "build.log",
+            platform=platform,
+            timeout_s=pool.build_timeout_s,
+        )
+    finally:
+        client.close()
+    return {
+        "wheels": built.wheels,
+        "image": image,
+        "image_id": built.image_id,
+        "platform": platform,
+        "duration_s": round(built.duration_s, 2),
+    }
 
 
 def _sha256(path: Path) -> str:

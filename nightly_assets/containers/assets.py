@@ -37,7 +37,11 @@ def build_docker_image_asset(spec: StageSpec) -> dg.AssetsDefinition:
         with recorded_stage(context, spec, artefacts, warehouse) as run:
             label = run.runner_name if run.runner is not None else "local"
             wheels = _wheels(artefacts, run.key, wheels_stage)
-            unavailable = docker_pool.unavailable_reason(label) if params.get("fallback") == "venv" else None
+            unavailable = (
+                docker_pool.unavailable_reason(label, run.target.arch)
+                if params.get("fallback") == "venv"
+                else None
+            )
             if unavailable:
                 context.log.warning(f"{unavailable}: installing into a virtualenv instead")
                 python = builder.create_environment(run.workdir / "venv", wheels, run.workdir / "install.log")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast
 
 import yaml
 
@@ -18,6 +18,7 @@ from nightly_assets.containers.resources import (
 
 REGISTRY_ROLES = ("ecr", "acr")
 RUNNER_POOL_VAR = "NIGHTLY_RUNNER_POOL"
+ARCHES = ("amd64", "arm64")
 
 
 def runner_pool_from_env() -> DockerRunnerPoolResource:
@@ -34,8 +35,12 @@ def runner_pool_from_env() -> DockerRunnerPoolResource:
             hosts = {label: DockerHost(**spec) for label, spec in (document.get("hosts") or {}).items()}
         except Exception as exc:
             raise ValueError(f"{RUNNER_POOL_VAR}={path}: {exc}") from exc
+    per_arch = {arch: os.environ.get(f"NIGHTLY_BASE_IMAGE_{arch.upper()}") for arch in ARCHES}
     return DockerRunnerPoolResource(
-        default=default, hosts=hosts, base_image=os.environ.get("NIGHTLY_BASE_IMAGE", DEFAULT_BASE_IMAGE)
+        default=default,
+        hosts=hosts,
+        base_image=os.environ.get("NIGHTLY_BASE_IMAGE", DEFAULT_BASE_IMAGE),
+        base_images={arch: image for arch, image in per_arch.items() if image},
     )
 
 
@@ -53,7 +58,17 @@ def registries_from_env() -> ContainerRegistriesResource:
             password_env=prefix + "PASSWORD" if os.environ.get(prefix + "PASSWORD") else None,
             ca_cert=os.environ.get(prefix + "CA_CERT"),
             namespace=os.environ.get(prefix + "NAMESPACE", ""),
+            auth=_auth_kind(prefix + "AUTH"),
+            aws_region=os.environ.get(prefix + "AWS_REGION"),
+            aws_endpoint_url=os.environ.get(prefix + "AWS_ENDPOINT_URL"),
         )
     # The first retry's delay (it doubles per retry); tests shorten it.
     backoff = float(os.environ.get("NIGHTLY_REGISTRY_BACKOFF_S", "0.5"))
     return ContainerRegistriesResource(registries=registries, backoff_s=backoff)
+
+
+def _auth_kind(variable: str) -> Literal["basic", "ecr"]:
+    value = os.environ.get(variable, "basic")
+    if value not in ("basic", "ecr"):
+        raise ValueError(f"{variable}={value!r}: expected 'basic' or 'ecr'")
+    return cast(Literal["basic", "ecr"], value)

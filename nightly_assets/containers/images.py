@@ -146,6 +146,7 @@ class ImageStage:
         local_latest: str,
     ) -> tuple[recipes.BuildContext, list[str]]:
         build_args = dict(self.run.target.build_args)
+        arch = self.run.target.arch
         dest = self.run.workdir / "context"
         cache_from = [local_latest] if _exists(client, local_latest) else []
         if "dockerfile" in self.params:
@@ -154,9 +155,9 @@ class ImageStage:
             for reference in self._published_references():
                 if pull_image(client, reference, self._auth_for(reference)):
                     cache_from.append(reference)
-            base_image = self.params.get("base_image", self.pool.base_image).format(**build_args)
+            base_image = self.params.get("base_image", self.pool.base_image_for(arch)).format(**build_args)
             return recipes.framework_context(dest, base_image, build_args), cache_from
-        from_image = self.pool.base_image
+        from_image = self.pool.base_image_for(arch)
         if base is not None:
             from_image = base["local_tag"]
             if not _exists(client, from_image):

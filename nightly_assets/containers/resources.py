@@ -11,6 +11,7 @@ import docker.errors  # type: ignore[import-untyped]
 import requests
 from pydantic import Field
 
+from nightly_assets.containers.ecr import EcrTokenError, ecr_token
 from nightly_assets.containers.registry import OciRegistry, RegistryError
 from nightly_assets.containers.runner import DeviceSpec
 
@@ -36,6 +37,7 @@ class DockerRunnerPoolResource(dg.ConfigurableResource):
     default: DockerHost = Field(default_factory=DockerHost)
     hosts: dict[str, DockerHost] = Field(default_factory=dict)
     base_image: str = DEFAULT_BASE_IMAGE
+    base_images: dict[str, str] = Field(default_factory=dict, description="per-arch base, e.g. arm64")
     build_timeout_s: int = 7200
     push_retries: int = 4
 
@@ -53,16 +55,21 @@ class DockerRunnerPoolResource(dg.ConfigurableResource):
             raise EngineUnavailable(f"runner '{label}': no Docker engine answers at {where}: {exc}") from exc
         return client
 
-    def unavailable_reason(self, label: str) -> str | None:
+    def base_image_for(self, arch: str) -> str:
+        """The base of generated images for `arch`: its own entry, else the (multi-arch) default."""
+        return self.base_images.get(arch, self.base_image)
+
+    def unavailable_reason(self, label: str, arch: str) -> str | None:
         """Why images cannot be built for `label` here (engine down, base image absent), or None."""
         try:
             client = self.client(label)
         except EngineUnavailable as exc:
             return str(exc)
+        base_image = self.base_image_for(arch)
         try:
-            client.images.get(self.base_image)
+            client.images.get(base_image)
         except docker.errors.ImageNotFound:
-            return f"the base image {self.base_image} is not on the engine of runner '{label}'"
+            return f"the base image {base_image} is not on the engine of runner '{label}'"
         finally:
             client.close()
         return None
@@ -90,6 +97,11 @@ class RegistryEndpoint(dg.Config):
     password_env: str | None = Field(default=None, description="environment variable with the password")
     ca_cert: str | None = Field(default=None, description="CA bundle for a private certificate")
     namespace: str = Field(default="", description="repository prefix, e.g. ai-dynamo/")
+    auth: Literal["basic", "ecr"] = Field(
+        default="basic", description="basic: username + password_env; ecr: GetAuthorizationToken"
+    )
+    aws_region: str | None = Field(default=None, description="the ECR registry's region (auth: ecr)")
+    aws_endpoint_url: str | None = Field(default=None, description="ECR API endpoint (VPC endpoint, tests)")
 
 
 class ContainerRegistriesResource(dg.ConfigurableResource):
@@ -113,11 +125,12 @@ class ContainerRegistriesResource(dg.ConfigurableResource):
 
     def registry(self, role: str) -> OciRegistry:
         endpoint = self.endpoint(role)
+        username, password = _credentials(role, endpoint)
         return OciRegistry(
             name=role,
             url=endpoint.url,
-            username=endpoint.username,
-            password=_password(role, endpoint),
+            username=username,
+            password=password,
             verify=endpoint.ca_cert or True,
             retries=self.retries,
             backoff_s=self.backoff_s,
@@ -132,15 +145,23 @@ class ContainerRegistriesResource(dg.ConfigurableResource):
 
     def engine_auth(self, role: str) -> dict[str, str] | None:
         """Credentials as the engine takes them (sent in a header, never logged)."""
-        endpoint = self.endpoint(role)
-        if endpoint.username is None:
+        username, password = _credentials(role, self.endpoint(role))
+        if username is None:
             return None
-        password = _password(role, endpoint) or ""
-        return {
-            "username": endpoint.username,
-            "password": password,
-            "serveraddress": self.registry(role).host,
-        }
+        return {"username": username, "password": password or "", "serveraddress": self.registry(role).host}
+
+
+def _credentials(role: str, endpoint: RegistryEndpoint) -> tuple[str | None, str | None]:
+    """Username and password for the role: configured, or ECR's short-lived token."""
+    if endpoint.auth == "ecr":
+        if not endpoint.aws_region:
+            raise RegistryError(f"registry role '{role}': auth 'ecr' needs aws_region")
+        try:
+            token = ecr_token(endpoint.aws_region, endpoint.aws_endpoint_url)
+        except EcrTokenError as exc:
+            raise RegistryError(f"registry role '{role}': {exc}") from None
+        return token.username, token.password
+    return endpoint.username, _password(role, endpoint)
 
 
 def _password(role: str, endpoint: RegistryEndpoint) -> str | None:

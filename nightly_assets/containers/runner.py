@@ -92,7 +92,8 @@ class RunnerPipesClient(PipesDockerClient):
                 environment={**session.get_bootstrap_env_vars(), **(self.env or {}), **env},
                 **devices.container_kwargs(),
             )
-            timer = threading.Timer(self._timeout_s, _kill, args=(container,))
+            killed = threading.Event()
+            timer = threading.Timer(self._timeout_s, _kill, args=(container, killed))
             try:
                 container.put_archive("/", _tools_archive())
                 container.start()
@@ -106,12 +107,17 @@ class RunnerPipesClient(PipesDockerClient):
                 container.remove(force=True)
         invocation = PipesClientCompletedInvocation(session)
         result = _read_result(out_dir)
+        if killed.is_set() and not result:
+            raise ContainerRunError(
+                f"container of {image} ran past the hard limit of {self._timeout_s:.0f} s and was killed; "
+                f"see {out_dir}"
+            )
         if status["StatusCode"] != 0 and not result:
             raise ContainerRunError(
                 f"container of {image} exited with {status['StatusCode']} before the suite reported; "
                 f"see {out_dir}"
             )
-        timed_out = bool(result.get("timed_out")) or status["StatusCode"] in (137, -9)
+        timed_out = bool(result.get("timed_out")) or killed.is_set()
         return SuiteRun(
             returncode=int(result.get("returncode", status["StatusCode"])),
             timed_out=timed_out,
@@ -169,6 +175,7 @@ def _read_result(out_dir: Path) -> dict[str, Any]:
     return result
 
 
-def _kill(container: Any) -> None:
+def _kill(container: Any, killed: threading.Event) -> None:
+    killed.set()
     with contextlib.suppress(docker.errors.APIError):  # it may have ended on its own meanwhile
         container.kill()

@@ -39,14 +39,30 @@ STOP_TIMEOUT_S = 30.0
 CLIENT_TIMEOUT_S = 600
 BASE_IMAGE = "nightly-base/python:bookworm"
 BASE_SUITE = "bookworm"
-BASE_PACKAGES = ("python3", "python3-venv", "python3-pytest")
-BASE_TARBALL = "bookworm-python.tar"
+# pip, setuptools and wheel: the image is also the clean environment wheels are built in.
+BASE_PACKAGES = (
+    "python3",
+    "python3-venv",
+    "python3-pytest",
+    "python3-pip",
+    "python3-setuptools",
+    "python3-wheel",
+)
+# Names the package set: an image or tarball made from another set is rebuilt, not reused.
+BASE_VERSION = hashlib.sha256(",".join(BASE_PACKAGES).encode()).hexdigest()[:12]
+BASE_TARBALL = f"bookworm-python-{BASE_VERSION}.tar"
+BASE_LABEL = "nightly.peer.base"
+# An arm64-labelled import of the same amd64 rootfs: no emulator here, so it stands in for an
+# arm64 base image in tests of what the orchestrator does with arm64 targets (build, tag, only
+# collect); its binaries are the host's, so it runs.
+ARM64_STANDIN_IMAGE = "nightly-base/python:bookworm-arm64-standin"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 BASE_CHANGES = (
     "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
     "ENV LANG=C.UTF-8",
     "ENV PYTHONDONTWRITEBYTECODE=1",
     'CMD ["python3"]',
+    f"LABEL {BASE_LABEL}={BASE_VERSION}",
 )
 # sockaddr_un.sun_path is 108 bytes; containerd puts its own sockets under the exec root.
 _MAX_SOCKET_PATH = 90
@@ -249,6 +265,10 @@ def docker_engine() -> Iterator[DockerEngine]:
 # -- the base image -------------------------------------------------------------------------------
 
 
+class BaseImageError(RuntimeError):
+    """The base image could not be made (no debootstrap, no mirror, import failed)."""
+
+
 def _mounts_under(root: Path) -> list[Path]:
     prefix = str(root.resolve()) + "/"
     try:
@@ -266,7 +286,7 @@ def _remove_tree(root: Path) -> None:
     for point in _mounts_under(root):
         subprocess.run(["umount", "--lazy", str(point)], capture_output=True, check=False)
     if _mounts_under(root):
-        pytest.fail(f"cannot unmount what is mounted under {root}; remove it by hand")
+        raise BaseImageError(f"cannot unmount what is mounted under {root}; remove it by hand")
     shutil.rmtree(root, ignore_errors=True)
 
 
@@ -293,7 +313,7 @@ def _prune_rootfs(root: Path) -> None:
 def _build_rootfs_tarball(tarball: Path) -> None:
     """debootstrap bookworm minbase with Python into a temporary dir, prune it, tar it atomically."""
     if shutil.which(DEBOOTSTRAP) is None:
-        pytest.fail(
+        raise BaseImageError(
             f"the base image {BASE_IMAGE} is missing and `debootstrap` is not installed: "
             "run `apt-get install debootstrap` (or deselect with -m 'not docker')"
         )
@@ -316,7 +336,7 @@ def _build_rootfs_tarball(tarball: Path) -> None:
         if result.returncode != 0:
             tail = "\n".join((result.stdout + result.stderr).splitlines()[-15:])
             debootstrap_log = rootfs / "debootstrap" / "debootstrap.log"
-            pytest.fail(
+            raise BaseImageError(
                 f"debootstrap of {BASE_SUITE} from {mirror} failed ({result.returncode}); "
                 f"set NIGHTLY_DEBIAN_MIRROR for another mirror; {debootstrap_log}:\n"
                 f"{_log_tail(debootstrap_log)}\n{tail}"
@@ -325,7 +345,7 @@ def _build_rootfs_tarball(tarball: Path) -> None:
         tar = ["tar", "--numeric-owner", "--xattrs", "-C", str(rootfs), "-cf", str(partial), "."]
         result = subprocess.run(tar, capture_output=True, text=True, check=False)
         if result.returncode != 0:
-            pytest.fail(f"tar of {rootfs} failed: {result.stderr.strip()}")
+            raise BaseImageError(f"tar of {rootfs} failed: {result.stderr.strip()}")
         partial.replace(tarball)
     finally:
         _remove_tree(rootfs)
@@ -333,21 +353,83 @@ def _build_rootfs_tarball(tarball: Path) -> None:
 
 
 def _import_result_error(result: object) -> str | None:
-    text = result if isinstance(result, str) else json.dumps(result)
-    for line in text.splitlines():
-        with contextlib.suppress(ValueError):
-            message = json.loads(line)
-            if isinstance(message, dict) and message.get("error"):
-                return str(message["error"])
+    """The error in `docker import`'s JSON lines, if any."""
+    lines = result if isinstance(result, list) else str(result).splitlines()
+    for line in lines:
+        try:
+            message = json.loads(line) if isinstance(line, str) else line
+        except json.JSONDecodeError:
+            continue
+        if isinstance(message, dict) and message.get("error"):
+            return str(message["error"])
     return None
 
 
 def _has_image(client: docker.DockerClient, name: str) -> bool:
+    """True when `name` is there and made from this BASE_PACKAGES set."""
     try:
-        client.images.get(name)
+        image = client.images.get(name)
     except docker.errors.ImageNotFound:
         return False
-    return True
+    return (image.labels or {}).get(BASE_LABEL) == BASE_VERSION
+
+
+def _import(client: docker.DockerClient, tarball: Path, name: str, platform: str) -> None:
+    """`docker import` of the rootfs, or for another platform a build `FROM scratch` that ADDs it.
+
+    Engine 20.10 ignores the platform of an import; the legacy builder honours it for scratch.
+    """
+    if platform == "linux/amd64":
+        repository, tag = name.rsplit(":", 1)
+        result = client.api.import_image_from_file(
+            str(tarball), repository=repository, tag=tag, changes=list(BASE_CHANGES)
+        )
+        error = _import_result_error(result)
+        if error is not None:
+            raise BaseImageError(f"docker import of {tarball} as {name} failed: {error}")
+        return
+    context = tarball.parent / f"context.{os.getpid()}"
+    context.mkdir(exist_ok=True)
+    try:
+        os.link(tarball, context / "rootfs.tar")
+        (context / "Dockerfile").write_text(
+            "\n".join(["FROM scratch", "ADD rootfs.tar /", *BASE_CHANGES, ""])
+        )
+        client.images.build(path=str(context), tag=name, platform=platform, rm=True, forcerm=True)
+    except docker.errors.BuildError as exc:
+        raise BaseImageError(f"build of {name} ({platform}) from {tarball} failed: {exc}") from exc
+    finally:
+        shutil.rmtree(context, ignore_errors=True)
+
+
+def ensure_base_image(
+    client: docker.DockerClient, name: str = BASE_IMAGE, platform: str = "linux/amd64"
+) -> str:
+    """`name` in the engine, imported from the cached (or freshly debootstrapped) rootfs tarball."""
+    if _has_image(client, name):
+        return name
+    cache = peers_dir() / "cache"
+    tarball = cache / BASE_TARBALL
+    with _locked(cache / "lock"):
+        if _has_image(client, name):  # another session imported it while we waited
+            return name
+        if not tarball.exists():
+            _build_rootfs_tarball(tarball)
+        _import(client, tarball, name, platform)
+    try:
+        client.containers.run(
+            name,
+            ["python3", "-c", "import setuptools, wheel, pip, pytest, venv"],
+            network_mode="none",
+            remove=True,
+        )
+    except docker.errors.ContainerError as error:
+        client.images.remove(name, force=True)
+        tarball.unlink(missing_ok=True)
+        raise BaseImageError(
+            f"{name} cannot import setuptools, wheel, pip, pytest, venv (removed it and {tarball}): {error}"
+        ) from error
+    return name
 
 
 @pytest.fixture(scope="session")
@@ -355,33 +437,20 @@ def base_image(docker_engine: DockerEngine) -> str:
     """``nightly-base/python:bookworm`` in the engine: Debian minbase with python3, venv, pytest."""
     client = docker_engine.client()
     try:
-        if _has_image(client, BASE_IMAGE):
-            return BASE_IMAGE
-        cache = peers_dir() / "cache"
-        tarball = cache / BASE_TARBALL
-        with _locked(cache / "lock"):
-            if _has_image(client, BASE_IMAGE):  # another session imported it while we waited
-                return BASE_IMAGE
-            if not tarball.exists():
-                _build_rootfs_tarball(tarball)
-            repository, tag = BASE_IMAGE.rsplit(":", 1)
-            result = client.api.import_image_from_file(
-                str(tarball), repository=repository, tag=tag, changes=list(BASE_CHANGES)
-            )
-            error = _import_result_error(result)
-            if error is not None:
-                pytest.fail(f"docker import of {tarball} as {BASE_IMAGE} failed: {error}")
-        try:
-            client.containers.run(
-                BASE_IMAGE,
-                ["python3", "-c", "import pytest, venv"],
-                network_mode="none",
-                remove=True,
-            )
-        except docker.errors.ContainerError as error:
-            client.images.remove(BASE_IMAGE, force=True)
-            tarball.unlink(missing_ok=True)
-            pytest.fail(f"{BASE_IMAGE} cannot import pytest and venv (removed it and {tarball}): {error}")
-        return BASE_IMAGE
+        return ensure_base_image(client)
+    except BaseImageError as exc:
+        pytest.fail(str(exc))
+    finally:
+        client.close()
+
+
+@pytest.fixture(scope="session")
+def arm64_base_image(docker_engine: DockerEngine) -> str:
+    """The base image's rootfs imported as linux/arm64 (see ARM64_STANDIN_IMAGE)."""
+    client = docker_engine.client()
+    try:
+        return ensure_base_image(client, ARM64_STANDIN_IMAGE, "linux/arm64")
+    except BaseImageError as exc:
+        pytest.fail(str(exc))
     finally:
         client.close()
