@@ -8,6 +8,12 @@ from pathlib import Path
 import dagster as dg
 from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
 
+from nightly_assets.batch.assets import (
+    build_analysis_report_asset,
+    build_batch_job_asset,
+    build_benchmark_sweep_asset,
+    build_deploy_asset,
+)
 from nightly_assets.benchmarks.assets import build_benchmarks_asset, build_perf_baseline_asset
 from nightly_assets.builds.assets import build_environment_asset, build_wheels_asset
 from nightly_assets.catalog.models import Catalog, Pipeline
@@ -36,6 +42,10 @@ BUILDERS: dict[str, AssetBuilder] = {
     "night_summary": build_night_summary_asset,
     "publish_wheels": build_publish_wheels_asset,
     "docker_image": build_docker_image_asset,
+    "batch_job": build_batch_job_asset,
+    "deploy": build_deploy_asset,
+    "benchmark_sweep": build_benchmark_sweep_asset,
+    "analysis_report": build_analysis_report_asset,
     **dict.fromkeys(PENDING_KINDS, build_pending_asset),
 }
 

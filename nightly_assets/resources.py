@@ -10,6 +10,7 @@ import dagster as dg
 from dagster_slack import SlackResource
 
 from nightly_assets.artefacts.resources import ArtefactStoreResource
+from nightly_assets.batch.resources import batch_scheduler_from_env
 from nightly_assets.builds.resources import PythonBuildResource
 from nightly_assets.containers.config import registries_from_env, runner_pool_from_env
 from nightly_assets.release.resources import LocalPackageIndexResource
@@ -39,6 +40,7 @@ def resources_for(env: Env, home: Path) -> dict[str, Any]:
         "notifier": FileNotifierResource(path=str(home / "alerts.jsonl")),
         "docker_pool": runner_pool_from_env(),
         "registries": registries_from_env(),
+        "batch": batch_scheduler_from_env(home),
     }
     if env == "prod":
         resources["notifier"] = SlackNotifierResource(slack=SlackResource(token=dg.EnvVar("SLACK_BOT_TOKEN")))

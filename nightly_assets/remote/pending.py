@@ -14,15 +14,11 @@ from nightly_assets.warehouse.resources import WarehouseResource
 PENDING_KINDS = {
     "image_pull": "container images (issue #3)",
     "promote_images": "container registries (issue #3)",
-    "batch_job": "the batch scheduler resource (issue #4)",
-    "deploy": "the batch scheduler resource (issue #4)",
-    "benchmark_sweep": "the batch scheduler resource (issue #4)",
-    "analysis_report": "the batch scheduler resource (issue #4)",
 }
 PENDING_RUNNERS = {
     "rbe": "the Bazel RBE resource (issue #4)",
     "tpu_vm": "the TPU VM resource (issue #4)",
-    "batch": "the batch scheduler resource (issue #4)",
+    "batch": "a build on the batch machine (Bazel from source, issue #4)",
 }
 
 

@@ -1,0 +1,304 @@
+"""Batch schedulers (Cobalt, PBS, Slurm in production): submit a script, poll it, read its output, cancel it.
+
+`LocalBatchScheduler` runs the script on this machine under a detached supervisor process, keeping
+each job's state in a JSON file in a spool folder, so any process (a new resource instance after an
+orchestrator restart) can poll a job another one submitted. `slurm.SlurmScheduler` drives the real
+`sbatch`/`squeue`/`sacct`/`scancel` commands with argument lists.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import os
+import re
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+JobState = Literal["queued", "running", "done", "failed"]
+FINAL_STATES: tuple[JobState, ...] = ("done", "failed")
+
+_JOB_ID = re.compile(r"^[0-9A-Za-z][0-9A-Za-z._-]{0,63}$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_CANCEL_MARKER = "cancel-requested"
+_SUPERVISOR_POLL_S = 0.05
+
+
+class SchedulerError(RuntimeError):
+    """A scheduler refused a request or a job id is unknown; says which and why."""
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    job_id: str
+    state: JobState
+    exit_code: int | None = None  # negative: killed by that signal
+    reason: str = ""  # why it failed (walltime exceeded, cancelled, ...) or the scheduler's own word
+    duration_s: float | None = None  # run time on the nodes, queue time excluded
+
+    @property
+    def finished(self) -> bool:
+        return self.state in FINAL_STATES
+
+
+@dataclass(frozen=True)
+class JobOutput:
+    stdout: Path
+    stderr: Path
+
+
+class Scheduler(Protocol):
+    def submit(
+        self,
+        script: Path,
+        *,
+        nodes: int,
+        walltime: dt.timedelta,
+        queue: str,
+        env: Mapping[str, str],
+        name: str,
+        account: str | None = None,
+    ) -> str: ...
+
+    def status(self, job_id: str) -> JobStatus: ...
+
+    def output(self, job_id: str) -> JobOutput: ...
+
+    def cancel(self, job_id: str) -> None: ...
+
+
+def check_submission(script: Path, nodes: int, walltime: dt.timedelta, env: Mapping[str, str]) -> None:
+    """The checks every scheduler makes before it submits anything."""
+    if not script.is_file():
+        raise SchedulerError(f"job script {script} does not exist or is not a file")
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
+        raise SchedulerError(f"nodes must be a positive integer, got {nodes!r}")
+    if walltime.total_seconds() <= 0:
+        raise SchedulerError(f"walltime must be positive, got {walltime}")
+    for key, value in env.items():
+        if not _ENV_NAME.match(key):
+            raise SchedulerError(f"environment variable name {key!r} is not a valid name")
+        if not isinstance(value, str) or "\0" in value:
+            raise SchedulerError(f"environment variable {key}: expected a string without NUL bytes")
+
+
+class LocalBatchScheduler:
+    """Runs each job as a local process in its own process group: a stand-in for a batch system.
+
+    Nodes and queue are recorded and handed to the job (BATCH_NODES, BATCH_QUEUE), not enforced;
+    walltime is: past it the whole process group is killed and the job fails "walltime exceeded".
+    """
+
+    def __init__(self, spool_dir: Path, kill_grace_s: float = 10.0) -> None:
+        self.spool_dir = spool_dir
+        self.kill_grace_s = kill_grace_s
+
+    def submit(
+        self,
+        script: Path,
+        *,
+        nodes: int,
+        walltime: dt.timedelta,
+        queue: str,
+        env: Mapping[str, str],
+        name: str,
+        account: str | None = None,
+    ) -> str:
+        check_submission(script, nodes, walltime, env)
+        job_id = f"{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S}-{secrets.token_hex(4)}"
+        job_dir = self.spool_dir / job_id
+        job_dir.mkdir(parents=True)
+        _write_state(
+            job_dir,
+            {
+                "job_id": job_id,
+                "name": name,
+                "script": str(script.resolve()),
+                "nodes": nodes,
+                "queue": queue,
+                "account": account,
+                "walltime_s": walltime.total_seconds(),
+                "kill_grace_s": self.kill_grace_s,
+                "env": dict(env),
+                "submitted_at": time.time(),
+                "state": "queued",
+            },
+        )
+        with (job_dir / "supervisor.log").open("ab") as log:
+            # The supervisor forks away at once, so this returns in one interpreter start.
+            started = subprocess.run(
+                [sys.executable, "-m", "nightly_assets.batch.schedulers", "supervise", str(job_dir)],
+                cwd=job_dir,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                timeout=60,
+                check=False,
+            )
+        if started.returncode != 0:
+            detail = (job_dir / "supervisor.log").read_text(errors="replace")[-2000:]
+            raise SchedulerError(f"job {job_id}: the local supervisor did not start:\n{detail}")
+        return job_id
+
+    def status(self, job_id: str) -> JobStatus:
+        job_dir = self._job_dir(job_id)
+        state = _read_state(job_dir)
+        if state["state"] not in FINAL_STATES and not _supervisor_alive(job_dir):
+            state = _read_state(job_dir)  # it may have finished between the two reads
+            if state["state"] not in FINAL_STATES:
+                return JobStatus(job_id, "failed", None, "lost: its supervisor process is gone")
+        return _status_from(state)
+
+    def output(self, job_id: str) -> JobOutput:
+        job_dir = self._job_dir(job_id)
+        return JobOutput(job_dir / "stdout", job_dir / "stderr")
+
+    def cancel(self, job_id: str) -> None:
+        """Ask the supervisor to end the job; a job whose supervisor is gone is killed from here."""
+        job_dir = self._job_dir(job_id)
+        (job_dir / _CANCEL_MARKER).touch()
+        if not _supervisor_alive(job_dir):
+            pid = _read_state(job_dir).get("pid")
+            if pid and _is_job_process(pid, job_id):
+                _kill_group(pid, signal.SIGKILL)
+
+    def _job_dir(self, job_id: str) -> Path:
+        if not _JOB_ID.match(job_id) or not (self.spool_dir / job_id / "job.json").is_file():
+            raise SchedulerError(f"no local batch job {job_id!r} in spool {self.spool_dir}")
+        return self.spool_dir / job_id
+
+
+def _status_from(state: Mapping[str, Any]) -> JobStatus:
+    started, ended = state.get("started_at"), state.get("ended_at")
+    duration = ended - started if started is not None and ended is not None else None
+    return JobStatus(
+        state["job_id"], state["state"], state.get("exit_code"), state.get("reason", ""), duration
+    )
+
+
+def _read_state(job_dir: Path) -> dict[str, Any]:
+    state: dict[str, Any] = json.loads((job_dir / "job.json").read_text())
+    return state
+
+
+def _write_state(job_dir: Path, state: Mapping[str, Any]) -> None:
+    # Readers in other processes must never see half a file: write beside it, then rename over it.
+    tmp = job_dir / f".job.json.{os.getpid()}"
+    tmp.write_text(json.dumps(state, indent=1))
+    os.replace(tmp, job_dir / "job.json")
+
+
+def _supervisor_alive(job_dir: Path) -> bool:
+    try:
+        pid = int((job_dir / "supervisor.pid").read_text())
+    except (OSError, ValueError):
+        return False
+    if Path("/proc/self/cmdline").exists():
+        # The pid alone could have been reused after a reboot: it must still be this job's supervisor
+        # (a zombie's cmdline is empty, so a finished one reads as gone too).
+        try:
+            return job_dir.name.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            return False
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    return True
+
+
+def _is_job_process(pid: int, job_id: str) -> bool:
+    try:
+        return f"BATCH_JOB_ID={job_id}\0".encode() in Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return False
+
+
+def _kill_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # the group has already ended
+        os.killpg(pgid, sig)
+
+
+def _supervise(job_dir: Path) -> None:
+    """Run the job to its end: own process group, walltime, cancellation; record every transition."""
+    state = _read_state(job_dir)
+    if (job_dir / _CANCEL_MARKER).exists():
+        _write_state(job_dir, {**state, "state": "failed", "reason": "cancelled before it started"})
+        return
+    env = {
+        **os.environ,
+        **state["env"],
+        "BATCH_JOB_ID": state["job_id"],
+        "BATCH_NODES": str(state["nodes"]),
+        "BATCH_QUEUE": state["queue"],
+    }
+    script = state["script"]
+    argv = [script] if os.access(script, os.X_OK) else ["/bin/sh", script]
+    with (job_dir / "stdout").open("wb") as out, (job_dir / "stderr").open("wb") as err:
+        try:
+            proc = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env, start_new_session=True
+            )
+        except OSError as exc:
+            _write_state(job_dir, {**state, "state": "failed", "reason": f"cannot start: {exc}"})
+            return
+        started = time.time()
+        state = {**state, "state": "running", "pid": proc.pid, "started_at": started}
+        _write_state(job_dir, state)
+        reason = ""
+        deadline = time.monotonic() + state["walltime_s"]
+        while proc.poll() is None:
+            if (job_dir / _CANCEL_MARKER).exists():
+                reason = "cancelled"
+            elif time.monotonic() > deadline:
+                reason = f"walltime exceeded ({state['walltime_s']:g} s)"
+            if reason:
+                _end_group(proc, state["kill_grace_s"])
+                break
+            time.sleep(_SUPERVISOR_POLL_S)
+        # What the script left behind in its group ends with the job, as on a real batch system.
+        _kill_group(proc.pid, signal.SIGKILL)
+    code = proc.returncode
+    final = "done" if code == 0 and not reason else "failed"
+    if final == "failed" and not reason:
+        reason = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+    _write_state(
+        job_dir, {**state, "state": final, "exit_code": code, "reason": reason, "ended_at": time.time()}
+    )
+
+
+def _end_group(proc: subprocess.Popen[bytes], grace_s: float) -> None:
+    _kill_group(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def _daemonize_and_supervise(job_dir: Path) -> None:
+    child = os.fork()
+    if child:
+        (job_dir / "supervisor.pid").write_text(str(child))
+        os._exit(0)
+    os.setsid()  # no terminal, no signals aimed at the submitter's group
+    try:
+        _supervise(job_dir)
+    except Exception as exc:  # the job must still end in a final state a poller can read
+        state = _read_state(job_dir)
+        _write_state(job_dir, {**state, "state": "failed", "reason": f"supervisor error: {exc!r}"})
+        raise
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3 or sys.argv[1] != "supervise":
+        sys.exit("usage: python -m nightly_assets.batch.schedulers supervise JOB_DIR")
+    _daemonize_and_supervise(Path(sys.argv[2]))

@@ -1,0 +1,112 @@
+"""Seed 004's shape end to end on the local batch scheduler: the night's wheel in a build root, a
+sanity job that must print its line, the deploy to a release root, a 2x2x2 benchmark sweep (one
+row per point) and the analysis report."""
+
+import datetime as dt
+import json
+import shutil
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from nightly_assets.catalog.loader import catalog_dir, load_catalog
+from nightly_assets.definitions import build_definitions
+from nightly_assets.night import run_night
+from nightly_assets.resources import resources_for
+from nightly_assets.results import NightKey
+
+# tf_theta's stages on the sample project: TensorFlow's build is replaced by the sample's wheel.
+THETA_PIPELINE = """
+name: theta_sample
+title: Theta-shaped nightly of the sample project
+seed: "004"
+description: Sanity job, deploy, sweep and report on the local batch scheduler.
+cron: "0 5 * * *"
+start_date: 2026-11-01
+retention_days: 2
+repositories:
+  - {name: nightlysample, url: "sample:nightlysample", branch: main}
+targets:
+  - {name: theta-knl, arch: amd64, params: {queue: debug-cache-quad}}
+stages:
+  - {name: sources, kind: sources, description: Pinned sample.}
+  - {name: wheels, kind: wheels, deps: [sources], runner: local, description: The wheel.}
+  - name: sanity_job
+    kind: batch_job
+    deps: [wheels]
+    runner: theta-cobalt
+    description: Imports the night's package in a job.
+    params:
+      nodes: 1
+      walltime_minutes: 2
+      expect_output: "session ok"
+      command: ["{python}", "-c", "import nightlysample; print('session ok')"]
+  - {name: deploy, kind: deploy, deps: [sanity_job], runner: theta-cobalt, description: Released.}
+  - name: benchmark_sweep
+    kind: benchmark_sweep
+    deps: [deploy]
+    runner: theta-cobalt
+    description: The sweep.
+    params:
+      seconds: 0.2
+      max_concurrent_jobs: 2
+      grid: {trials: [1, 2], nodes: [1, 2], ranks_per_node: [1, 2]}
+  - {name: analysis_report, kind: analysis_report, deps: [benchmark_sweep], description: The report.}
+  - {name: night_summary, kind: night_summary, deps: [analysis_report], description: Summary.}
+"""
+
+
+@pytest.fixture
+def theta(nightly_home, tmp_path):
+    """Runs a night of a Theta-shaped pipeline (THETA_PIPELINE, or the text given)."""
+    catalog = tmp_path / "catalog"
+    shutil.copytree(catalog_dir(), catalog)
+    (tmp_path / "dagster_home").mkdir()
+    resources = resources_for("local", nightly_home)
+    with dg.instance_for_test(temp_dir=str(tmp_path / "dagster_home")) as instance:
+
+        def night(date: str, pipeline: str = THETA_PIPELINE) -> tuple[NightKey, dict]:
+            (catalog / "pipelines" / "theta_sample.yaml").write_text(pipeline)
+            key = NightKey("theta_sample", dt.date.fromisoformat(date), "theta-knl")
+            outcome = run_night(
+                build_definitions(catalog), instance, load_catalog(catalog), key, resources["notifier"]
+            )
+            stages = {s.stage: s for s in resources["warehouse"].store().stages(key)}
+            assert outcome.succeeded == all(s.status == "success" for s in stages.values())
+            return key, stages
+
+        yield night, resources["warehouse"].store()
+
+
+def test_a_theta_night_runs_job_deploy_sweep_and_report(theta, nightly_home):
+    night, store = theta
+    _, stages = night("2026-11-03")
+    assert all(s.status == "success" for s in stages.values()), {n: s.detail for n, s in stages.items()}
+    artefacts = nightly_home / "artefacts/theta_sample/2026-11-03/theta-knl"
+    sanity = json.loads((artefacts / "sanity_job/manifest.json").read_text())
+    assert "session ok" in Path(sanity["stdout"]).read_text()
+    release_root = nightly_home / "releases/theta_sample/theta-knl"
+    assert (release_root / "current").resolve() == (release_root / "2026-11-03").resolve()
+    sweep = json.loads((artefacts / "benchmark_sweep/manifest.json").read_text())
+    assert len(sweep["rows"]) == 8 and all(r["status"] == "ok" and r["value"] > 0 for r in sweep["rows"])
+    point = {"nodes": 2, "ranks_per_node": 2, "trial": 1}
+    name = "sweep/nodes=2/ranks_per_node=2/trial=1"
+    history = store.benchmark_history("theta_sample", "theta-knl", name, before=dt.date(2026, 11, 4), limit=5)
+    assert [v for _, v in history] == [next(r["value"] for r in sweep["rows"] if r["point"] == point)]
+    report = json.loads((artefacts / "analysis_report/manifest.json").read_text())
+    assert Path(report["pdf"]).read_bytes().startswith(b"%PDF")
+    assert len(Path(report["csv"]).read_text().splitlines()) == 1 + 8  # a header and one row per point
+
+
+def test_a_sanity_job_without_its_line_fails_the_night_and_names_the_job(theta, nightly_home):
+    night, _ = theta
+    broken = THETA_PIPELINE.replace("print('session ok')", "print('session broken')")
+    assert broken != THETA_PIPELINE
+    _, stages = night("2026-11-04", broken)
+    assert stages["sanity_job"].status == "failure"
+    assert "session ok" in (stages["sanity_job"].detail or "") and "session broken" in (
+        stages["sanity_job"].detail or ""
+    )
+    assert "deploy" not in stages or stages["deploy"].status != "success"
+    assert not (nightly_home / "releases/theta_sample/theta-knl/2026-11-04").exists()
