@@ -13,6 +13,7 @@ from nightly_assets.artefacts.resources import ArtefactStoreResource
 from nightly_assets.batch.resources import batch_scheduler_from_env
 from nightly_assets.builds.resources import PythonBuildResource
 from nightly_assets.containers.config import registries_from_env, runner_pool_from_env
+from nightly_assets.rbe.resources import bazel_rbe_from_env
 from nightly_assets.release.resources import LocalPackageIndexResource
 from nightly_assets.reporting.resources import FileNotifierResource, SlackNotifierResource
 from nightly_assets.settings import Env
@@ -41,6 +42,7 @@ def resources_for(env: Env, home: Path) -> dict[str, Any]:
         "docker_pool": runner_pool_from_env(),
         "registries": registries_from_env(),
         "batch": batch_scheduler_from_env(home),
+        "bazel_rbe": bazel_rbe_from_env(home),
     }
     if env == "prod":
         resources["notifier"] = SlackNotifierResource(slack=SlackResource(token=dg.EnvVar("SLACK_BOT_TOKEN")))

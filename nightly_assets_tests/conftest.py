@@ -6,6 +6,10 @@ pytest_plugins = [
     "nightly_assets_tests.peers.mysql",
     "nightly_assets_tests.peers.docker",
     "nightly_assets_tests.peers.registry",
+    "nightly_assets_tests.peers.bazel",
+    "nightly_assets_tests.peers.buildgrid",
+    "nightly_assets_tests.peers.tpu_api",
+    "nightly_assets_tests.peers.sshd",
 ]
 
 

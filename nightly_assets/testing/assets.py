@@ -9,6 +9,7 @@ from nightly_assets.artefacts.resources import ArtefactStoreResource
 from nightly_assets.catalog.models import Suite
 from nightly_assets.containers.resources import ContainerRegistriesResource, DockerRunnerPoolResource
 from nightly_assets.containers.suites import run_in_image, runs_in_image, visible_gpus
+from nightly_assets.rbe.resources import BazelRbeResource
 from nightly_assets.remote.pending import require_local_runner
 from nightly_assets.results import TestReport
 from nightly_assets.stages import StageRun, StageSpec, recorded_stage
@@ -37,11 +38,15 @@ def build_test_suite_asset(spec: StageSpec) -> dg.AssetsDefinition:
         test_runner: LocalTestRunnerResource,
         docker_pool: DockerRunnerPoolResource,
         registries: ContainerRegistriesResource,
+        bazel_rbe: BazelRbeResource,
     ) -> Iterator[dg.MaterializeResult]:
         """JUnit report of one test suite for one night and target."""
+        extra: dict[str, object] = {}
         with recorded_stage(context, spec, artefacts, warehouse) as run:
             environment = artefacts.read_manifest(run.key, env_stage) if env_stage else {}
-            if runs_in_image(environment):
+            if suite.bazel is not None:
+                report, extra = _run_bazel_suite(context, run, suite, spec, artefacts, bazel_rbe)
+            elif runs_in_image(environment):
                 report = _run_suite_in_image(context, run, suite, spec, environment, docker_pool, registries)
             else:
                 require_local_runner(spec, run)
@@ -60,7 +65,11 @@ def build_test_suite_asset(spec: StageSpec) -> dg.AssetsDefinition:
                 " (collect-only)" if report.collect_only else ""
             )
         yield dg.MaterializeResult(
-            metadata={**report_metadata(report), "artefacts": dg.MetadataValue.path(str(run.workdir))},  # type: ignore[dict-item]
+            metadata={
+                **report_metadata(report),  # type: ignore[dict-item]
+                **extra,  # type: ignore[dict-item]
+                "artefacts": dg.MetadataValue.path(str(run.workdir)),
+            },
             check_results=[
                 checks.tests_passed(spec.key, report),
                 checks.test_count_stable(spec.key, report, previous, thresholds.test_count_drop_pct),
@@ -68,6 +77,36 @@ def build_test_suite_asset(spec: StageSpec) -> dg.AssetsDefinition:
         )
 
     return _test_report
+
+
+def _run_bazel_suite(
+    context: dg.AssetExecutionContext,
+    run: StageRun,
+    suite: Suite,
+    spec: StageSpec,
+    artefacts: ArtefactStoreResource,
+    bazel_rbe: BazelRbeResource,
+) -> tuple[TestReport, dict[str, object]]:
+    """`bazel test` of the checkout through the RBE resource (a local build when RBE is down)."""
+    assert suite.bazel is not None
+    sources = artefacts.read_manifest(run.key, spec.pipeline.stages_of("sources")[0].name)
+    repo = spec.stage.params.get("repo", spec.pipeline.repositories[0].name)
+    workspace = Path(sources["repos"][repo]["path"]) / str(spec.stage.params.get("workspace", ""))
+    result = bazel_rbe.run_tests(
+        workspace,
+        suite.bazel,
+        suite=spec.stage.name,
+        out_dir=run.workdir / "bazel",
+        timeout_s=suite.timeout_minutes * 60,
+        runner=run.runner_name,
+    )
+    if result.fallback_reason:
+        context.log.warning(
+            f"{spec.stage.name}: remote build unavailable, ran locally: {result.fallback_reason}"
+        )
+    run.manifest.update(bazel_mode=result.mode, bazel_fallback=result.fallback_reason)
+    context.log.info(f"{spec.stage.name}: {result.report.counts()} ({result.mode})")
+    return result.report, result.metadata()
 
 
 def _selection(suite: Suite, run: StageRun, gpus: int) -> tuple[str, bool]:
