@@ -70,6 +70,12 @@ class StageSpec:
         """The nearest stage upstream of this one whose kind is one of `kinds`."""
         return next((n for n in self.upstream() if self.pipeline.stage(n).kind in kinds), None)
 
+    def checkout(self, artefacts: ArtefactStoreResource, key: NightKey) -> Path:
+        """The night's pinned checkout of the stage's repository (`params.repo`, else the first)."""
+        sources = self.pipeline.stages_of("sources")[0].name
+        repo = self.stage.params.get("repo", self.pipeline.repositories[0].name)
+        return Path(artefacts.read_manifest(key, sources)["repos"][repo]["path"])
+
     @property
     def pool(self) -> str | None:
         pools = [self.catalog.runners[r].pool for r in self.stage.runner_names()]

@@ -18,10 +18,7 @@ from nightly_assets.warehouse.resources import WarehouseResource
 
 
 def build_wheels_asset(spec: StageSpec) -> dg.AssetsDefinition:
-    sources_stage = spec.pipeline.stages_of("sources")[0].name
     params = spec.stage.params
-    repo = params.get("repo", spec.pipeline.repositories[0].name)
-
     builder_kind = params.get("builder", "pip")
 
     @dg.asset(**spec.asset_args(check_specs=checks.wheel_check_specs(spec.key)))
@@ -35,11 +32,10 @@ def build_wheels_asset(spec: StageSpec) -> dg.AssetsDefinition:
         """Wheels (and sdists) built from the night's pinned checkout."""
         extra: dict[str, Any] = {}
         with recorded_stage(context, spec, artefacts, warehouse) as run:
-            src = Path(artefacts.read_manifest(run.key, sources_stage)["repos"][repo]["path"])
+            src = spec.checkout(artefacts, run.key)
             out = run.workdir / "dist"
             if builder_kind == "container":
-                extra = _build_in_container(context, run, docker_pool, src, out, params)
-                wheels = extra.pop("wheels")
+                wheels, extra = _build_in_container(context, run, docker_pool, src, out, params)
             elif builder_kind == "pip":
                 require_local_runner(spec, run)
                 wheels = builder.build_wheels(src, out, run.workdir / "build.log")
@@ -104,8 +100,9 @@ def _build_in_container(
     src: Path,
     out: Path,
     params: dict[str, Any],
-) -> dict[str, Any]:
-    """Wheels from a fresh container of the builder image on the stage runner's Docker host."""
+) -> tuple[list[Path], dict[str, Any]]:
+    """Wheels from a fresh container of the builder image on the stage runner's Docker host, and
+    what built them (image, id, platform, duration) for the manifest and metadata."""
     if run.runner is None or run.runner.kind != "docker":
         raise StageNotAvailable(f"the container builder needs a docker runner, not '{run.runner_name}'")
     image = str(params.get("builder_image", pool.base_image_for(run.target.arch)))
@@ -125,8 +122,7 @@ def _build_in_container(
         )
     finally:
         client.close()
-    return {
-        "wheels": built.wheels,
+    return built.wheels, {
         "image": image,
         "image_id": built.image_id,
         "platform": platform,

@@ -200,7 +200,7 @@ class ImageStage:
 
     def _auth_for(self, reference: str) -> dict[str, str] | None:
         for role in self.registries.roles():
-            if reference.startswith(self.registries.registry(role).host + "/"):
+            if reference.startswith(self.registries.host(role) + "/"):
                 return self.registries.engine_auth(role)
         return None
 

@@ -76,7 +76,7 @@ class OciRegistry:
 
     @property
     def host(self) -> str:
-        return re.sub(r"^https?://", "", self.url).rstrip("/")
+        return registry_host(self.url)
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -342,3 +342,8 @@ def _redact(text: str) -> str:
     """Strip userinfo from URLs and any upload state token from query strings."""
     text = re.sub(r"//[^/@\s]+@", "//***@", text)
     return re.sub(r"(_state=)[^&\s]+", r"\1***", text)
+
+
+def registry_host(url: str) -> str:
+    """`host[:port]` of a registry URL, as image references name it."""
+    return re.sub(r"^https?://", "", url).rstrip("/")

@@ -12,7 +12,7 @@ import requests
 from pydantic import Field
 
 from nightly_assets.containers.ecr import EcrTokenError, ecr_token
-from nightly_assets.containers.registry import OciRegistry, RegistryError
+from nightly_assets.containers.registry import OciRegistry, RegistryError, registry_host
 from nightly_assets.containers.runner import DeviceSpec
 
 DEFAULT_BASE_IMAGE = "nightly-base/python:bookworm"
@@ -140,15 +140,19 @@ class ContainerRegistriesResource(dg.ConfigurableResource):
         """`name` under the role's namespace (the path part of an image reference)."""
         return f"{self.endpoint(role).namespace}{name}"
 
+    def host(self, role: str) -> str:
+        """The role's `host[:port]` (no credentials needed to know it)."""
+        return registry_host(self.endpoint(role).url)
+
     def reference(self, role: str, name: str, tag: str) -> str:
-        return f"{self.registry(role).host}/{self.repository(role, name)}:{tag}"
+        return f"{self.host(role)}/{self.repository(role, name)}:{tag}"
 
     def engine_auth(self, role: str) -> dict[str, str] | None:
         """Credentials as the engine takes them (sent in a header, never logged)."""
         username, password = _credentials(role, self.endpoint(role))
         if username is None:
             return None
-        return {"username": username, "password": password or "", "serveraddress": self.registry(role).host}
+        return {"username": username, "password": password or "", "serveraddress": self.host(role)}
 
 
 def _credentials(role: str, endpoint: RegistryEndpoint) -> tuple[str | None, str | None]:

@@ -101,7 +101,7 @@ class RunnerPipesClient(PipesDockerClient):
                 assert isinstance(self.message_reader, PipesDockerLogsMessageReader)
                 self.message_reader.consume_docker_logs(container)
                 status = container.wait()
-                _copy_out(container, out_dir)
+                copy_files_out(container, OUT_DIR, out_dir)
             finally:
                 timer.cancel()
                 container.remove(force=True)
@@ -150,21 +150,23 @@ def _tools_archive() -> bytes:
     return buffer.getvalue()
 
 
-def _copy_out(container: Any, out_dir: Path) -> None:
+def copy_files_out(container: Any, source_dir: str, out_dir: Path, suffix: str = "") -> list[Path]:
+    """The files under `source_dir` in the container (those ending in `suffix`), flat in `out_dir`;
+    none when the folder is not there (the program never got to write it)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     try:
-        chunks, _ = container.get_archive(OUT_DIR)
+        chunks, _ = container.get_archive(source_dir)
     except docker.errors.NotFound:
-        return  # the entry never started: the caller reports the exit status
-    data = b"".join(chunks)
-    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        return []
+    copied = []
+    with tarfile.open(fileobj=io.BytesIO(b"".join(chunks))) as tar:
         for member in tar.getmembers():
-            if not member.isfile():
-                continue
             name = Path(member.name).name  # flat: nothing from the container escapes out_dir
-            extracted = tar.extractfile(member)
+            extracted = tar.extractfile(member) if member.isfile() and name.endswith(suffix) else None
             if extracted is not None:
                 (out_dir / name).write_bytes(extracted.read())
+                copied.append(out_dir / name)
+    return sorted(copied)
 
 
 def _read_result(out_dir: Path) -> dict[str, Any]:

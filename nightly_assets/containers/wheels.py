@@ -20,6 +20,7 @@ import docker.errors  # type: ignore[import-untyped]
 import requests
 
 from nightly_assets.containers.engine import pull_image
+from nightly_assets.containers.runner import copy_files_out
 
 SRC_DIR = "/build/src"
 DIST_DIR = "/build/dist"
@@ -74,7 +75,7 @@ def build_wheels_in_container(
             raise WheelBuildError(
                 f"wheel build in {image} exited with {status}: {_tail(log)} (whole log: {log})"
             )
-        wheels = _copy_wheels(container, out)
+        wheels = copy_files_out(container, DIST_DIR, out, suffix=".whl")
     finally:
         container.remove(force=True)
     if not wheels:
@@ -118,20 +119,6 @@ def _wait(container: Any, timeout_s: float) -> int | None:
         with contextlib.suppress(docker.errors.APIError):
             container.kill()
         return None
-
-
-def _copy_wheels(container: Any, out: Path) -> list[Path]:
-    out.mkdir(parents=True, exist_ok=True)
-    chunks, _ = container.get_archive(DIST_DIR)
-    wheels = []
-    with tarfile.open(fileobj=io.BytesIO(b"".join(chunks))) as tar:
-        for member in tar.getmembers():
-            name = Path(member.name).name  # flat: nothing from the container escapes `out`
-            extracted = tar.extractfile(member) if member.isfile() and name.endswith(".whl") else None
-            if extracted is not None:
-                (out / name).write_bytes(extracted.read())
-                wheels.append(out / name)
-    return sorted(wheels)
 
 
 def _tail(log: Path, lines: int = 5) -> str:

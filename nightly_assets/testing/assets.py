@@ -24,7 +24,6 @@ def build_test_suite_asset(spec: StageSpec) -> dg.AssetsDefinition:
     assert suite is not None  # the catalog guarantees it for test_suite stages
     thresholds = spec.pipeline.thresholds
     env_stage = spec.upstream_stage("environment", "docker_image")
-    sources_stage = spec.pipeline.stages_of("sources")[0].name
 
     @dg.asset(
         **spec.asset_args(
@@ -50,9 +49,7 @@ def build_test_suite_asset(spec: StageSpec) -> dg.AssetsDefinition:
                 report = _run_suite_in_image(context, run, suite, spec, environment, docker_pool, registries)
             else:
                 require_local_runner(spec, run)
-                sources = artefacts.read_manifest(run.key, sources_stage)
-                repo = spec.stage.params.get("repo", spec.pipeline.repositories[0].name)
-                rootdir = Path(sources["repos"][repo]["path"])
+                rootdir = spec.checkout(artefacts, run.key)
                 report = _run_suite(context, run, suite, spec.stage.name, test_runner, environment, rootdir)
             store = warehouse.store()
             previous = store.previous_suite_total(run.key, spec.stage.name)
@@ -89,9 +86,7 @@ def _run_bazel_suite(
 ) -> tuple[TestReport, dict[str, object]]:
     """`bazel test` of the checkout through the RBE resource (a local build when RBE is down)."""
     assert suite.bazel is not None
-    sources = artefacts.read_manifest(run.key, spec.pipeline.stages_of("sources")[0].name)
-    repo = spec.stage.params.get("repo", spec.pipeline.repositories[0].name)
-    workspace = Path(sources["repos"][repo]["path"]) / str(spec.stage.params.get("workspace", ""))
+    workspace = spec.checkout(artefacts, run.key) / str(spec.stage.params.get("workspace", ""))
     result = bazel_rbe.run_tests(
         workspace,
         suite.bazel,

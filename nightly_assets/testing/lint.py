@@ -3,7 +3,6 @@
 import json
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import dagster as dg
 
@@ -17,8 +16,6 @@ LINT_CLEAN = "lint_clean"
 
 
 def build_lint_asset(spec: StageSpec) -> dg.AssetsDefinition:
-    sources_stage = spec.pipeline.stages_of("sources")[0].name
-    repo = spec.stage.params.get("repo", spec.pipeline.repositories[0].name)
     check = dg.AssetCheckSpec(
         LINT_CLEAN,
         asset=spec.key,
@@ -33,7 +30,7 @@ def build_lint_asset(spec: StageSpec) -> dg.AssetsDefinition:
         """ruff findings for the night's pinned checkout."""
         with recorded_stage(context, spec, artefacts, warehouse) as run:
             require_local_runner(spec, run)
-            src = Path(artefacts.read_manifest(run.key, sources_stage)["repos"][repo]["path"])
+            src = spec.checkout(artefacts, run.key)
             result = run_command(
                 [sys.executable, "-m", "ruff", "check", "--output-format", "json", "--exit-zero", "."],
                 cwd=src,

@@ -9,7 +9,6 @@ resource's tests need (remote cache hits on a second, fresh-output-base run).
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -20,7 +19,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from nightly_assets_tests.peers.process import stop_process
+from nightly_assets_tests.peers.process import free_port, stop_process
 
 LOOPBACK = "127.0.0.1"
 INSTANCE = "nightly"
@@ -58,12 +57,6 @@ class BuildGrid:
     url: str  # grpc://127.0.0.1:PORT, as --remote_cache takes it
     instance_name: str
     log_path: Path
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind((LOOPBACK, 0))
-        return int(probe.getsockname()[1])
 
 
 def _bgd() -> str:

@@ -38,7 +38,7 @@ import pytest
 import requests
 import yaml
 
-from nightly_assets_tests.peers.process import stop_process
+from nightly_assets_tests.peers.process import free_port, stop_process
 
 REGISTRY_BINARY = "docker-registry"
 LOOPBACK = "127.0.0.1"
@@ -258,13 +258,6 @@ def tls_session(ca_cert: Path, auth: tuple[str, str] | None = None) -> requests.
     session.verify = str(ca_cert)
     session.auth = auth
     return session
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind((LOOPBACK, 0))
-        return int(probe.getsockname()[1])
 
 
 def _terminate(process: subprocess.Popen[bytes]) -> None:

@@ -23,7 +23,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from nightly_assets_tests.peers.process import stop_process
+from nightly_assets_tests.peers.process import free_port, stop_process
 from nightly_assets_tests.peers.tpu_api import FakeTpuApi
 
 SSHD = Path("/usr/sbin/sshd")
@@ -65,12 +65,6 @@ class Sshd:
         return len(pids)
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind((LOOPBACK, 0))
-        return int(probe.getsockname()[1])
-
-
 def _host_key(directory: Path) -> tuple[Path, str]:
     key = Ed25519PrivateKey.generate()
     path = directory / "ssh_host_ed25519_key"
@@ -106,7 +100,7 @@ def start_sshd(directory: Path, authorized_keys: Path) -> Sshd:
     directory.mkdir(parents=True, exist_ok=True)
     authorized_keys.touch()
     host_key, host_key_b64 = _host_key(directory)
-    port = _free_port()
+    port = free_port()
     config = directory / "sshd_config"
     config.write_text(
         "\n".join(
