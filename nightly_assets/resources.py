@@ -19,6 +19,7 @@ from nightly_assets.reporting.resources import FileNotifierResource, SlackNotifi
 from nightly_assets.settings import Env
 from nightly_assets.sources.resources import GitSourcesResource
 from nightly_assets.testing.resources import LocalTestRunnerResource
+from nightly_assets.tpu.resources import tpu_vms_from_env
 from nightly_assets.warehouse.resources import WarehouseResource
 
 WAREHOUSE_URL_VAR = "NIGHTLY_WAREHOUSE_URL"
@@ -43,6 +44,7 @@ def resources_for(env: Env, home: Path) -> dict[str, Any]:
         "registries": registries_from_env(),
         "batch": batch_scheduler_from_env(home),
         "bazel_rbe": bazel_rbe_from_env(home),
+        "tpu_vms": tpu_vms_from_env(),
     }
     if env == "prod":
         resources["notifier"] = SlackNotifierResource(slack=SlackResource(token=dg.EnvVar("SLACK_BOT_TOKEN")))

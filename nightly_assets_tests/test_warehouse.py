@@ -11,6 +11,7 @@ import pytest
 
 from nightly_assets.results import OUTCOMES, BenchmarkResult, NightKey, TestCase, TestReport
 from nightly_assets.warehouse import (
+    MachineCost,
     Warehouse,
     WarehouseError,
     WarehouseResource,
@@ -55,7 +56,7 @@ def test_report_recorded_twice_replaces_rows(warehouse: Warehouse) -> None:
     warehouse.record_test_report(OTHER_TARGET, _report())
     first = warehouse.row_counts(KEY)
     warehouse.record_test_report(KEY, _report())
-    assert first == {"nights": 0, "stages": 0, "suites": 1, "test_cases": 3, "benchmarks": 0}
+    assert first == {"nights": 0, "stages": 0, "suites": 1, "test_cases": 3, "benchmarks": 0, "costs": 0}
     assert warehouse.row_counts(KEY) == first
 
     warehouse.record_test_report(KEY, _report(fail=True))
@@ -104,6 +105,18 @@ def test_benchmarks_replaced_not_duplicated(warehouse: Warehouse) -> None:
     later = dt.date(2024, 5, 11)
     assert warehouse.benchmark_history(KEY.pipeline, KEY.target, "a", before=later, limit=5) == [(NIGHT, 3.0)]
     assert warehouse.benchmark_history(KEY.pipeline, KEY.target, "b", before=later, limit=5) == []
+
+
+def test_a_stage_cost_is_replaced_per_stage_and_keeps_its_precision(warehouse: Warehouse) -> None:
+    node = "projects/p/locations/us-central1-b/nodes/nightly-1"
+    first = MachineCost("tests_tpu", node, "v6e-1", 301.25, 0.64, 0.05355555555555556, "preempted")
+    warehouse.record_cost(KEY, first)
+    again = MachineCost("tests_tpu", node, "v6e-1", 312.5, 0.64, 0.05555555555555555, "completed")
+    warehouse.record_cost(KEY, again)
+    warehouse.record_cost(KEY, MachineCost("tests_tpu_pr", node, "v6e-1", 10.0, 0.64, 0.0018, "timeout"))
+    assert warehouse.row_counts(KEY)["costs"] == 2
+    assert warehouse.row_counts(OTHER_TARGET)["costs"] == 0
+    assert warehouse.costs(KEY)[0] == again  # a DOUBLE column, not MySQL's single-precision FLOAT
 
 
 def test_previous_suite_total_skips_collect_only(warehouse: Warehouse) -> None:

@@ -17,7 +17,6 @@ PENDING_KINDS = {
 }
 PENDING_RUNNERS = {
     "rbe": "the Bazel RBE resource (issue #4)",
-    "tpu_vm": "the TPU VM resource (issue #4)",
     "batch": "a build on the batch machine (Bazel from source, issue #4)",
 }
 

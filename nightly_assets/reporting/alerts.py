@@ -28,6 +28,13 @@ def alerts_for_run(instance: dg.DagsterInstance, run: dg.DagsterRun, catalog: Ca
             continue
         if event.event_type == DagsterEventType.STEP_FAILURE:
             error = event.step_failure_data.error
+            # Dagster wraps what the asset raised ("Error occurred while executing op ..."): say the cause.
+            while (
+                error is not None
+                and error.cause is not None
+                and "DagsterExecutionStepExecutionError" in (error.cls_name or error.message)
+            ):
+                error = error.cause
             message = error.message.strip().splitlines()[0] if error else "failed"
             errors.append(f"step {event.step_key} failed: {message[:300]}")
             continue

@@ -15,20 +15,24 @@ def build_night_summary_asset(spec: StageSpec) -> dg.AssetsDefinition:
     def _night_summary(
         context: dg.AssetExecutionContext, artefacts: ArtefactStoreResource, warehouse: WarehouseResource
     ) -> dg.MaterializeResult:
-        """The night's results table: stage, status, runner, duration and artefacts."""
+        """The night's results table: stage, status, runner, duration, artefacts and machine cost."""
         with recorded_stage(context, spec, artefacts, warehouse) as run:
             store = warehouse.store()
             rows = summary_rows(spec.pipeline, run.key, store, skip=spec.stage.name)
             suites = store.suite_counts(run.key)
             failed_tests = sum(c["failed"] + c["error"] for c in suites.values())
             status = night_status([r for r in rows if r.stage in judged], failed_tests)
-            markdown = summary_markdown(run.key, rows, suites)
+            costs = store.costs(run.key)
+            markdown = summary_markdown(run.key, rows, suites, costs)
             path = run.workdir / "summary.md"
             path.write_text(markdown)
             night = store.night(run.key)
             pins = night.pins if night else {}
             store.record_night(run.key, run_id=context.run.run_id, status=status, pins=pins)
-            run.manifest.update(status=status, summary=str(path), failed_tests=failed_tests)
+            cost_usd = round(sum(c.cost_usd for c in costs), 6)
+            run.manifest.update(
+                status=status, summary=str(path), failed_tests=failed_tests, cost_usd=cost_usd
+            )
             run.artefact = str(path)
             run.detail = status
         return dg.MaterializeResult(
@@ -36,6 +40,7 @@ def build_night_summary_asset(spec: StageSpec) -> dg.AssetsDefinition:
                 "summary": dg.MetadataValue.md(markdown),
                 "status": status,
                 "failed_tests": failed_tests,
+                "cost_usd": dg.MetadataValue.float(cost_usd),
                 "file": dg.MetadataValue.path(str(path)),
             }
         )

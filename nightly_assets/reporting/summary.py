@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from nightly_assets.catalog.models import Pipeline
 from nightly_assets.results import NightKey
-from nightly_assets.warehouse.store import Warehouse
+from nightly_assets.warehouse.store import MachineCost, Warehouse
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,12 @@ def night_status(rows: list[SummaryRow], failed_tests: int) -> str:
     return "success"
 
 
-def summary_markdown(key: NightKey, rows: list[SummaryRow], suites: dict[str, dict[str, int]]) -> str:
+def summary_markdown(
+    key: NightKey,
+    rows: list[SummaryRow],
+    suites: dict[str, dict[str, int]],
+    costs: Sequence[MachineCost] = (),
+) -> str:
     lines = [
         f"## {key.pipeline} — night {key.night.isoformat()} — {key.target}",
         "",
@@ -74,6 +80,18 @@ def summary_markdown(key: NightKey, rows: list[SummaryRow], suites: dict[str, di
                 f"| {suite} | {c['total']} | {c['passed']} | {c['failed']} | {c['error']} | "
                 f"{c['skipped']} | {c['collected']} |"
             )
+    if costs:
+        lines += [
+            "",
+            "| Stage | Machine | Type | Lifetime (min) | Cost (USD) | Ended |",
+            "|-------|---------|------|----------------|------------|-------|",
+        ]
+        for cost in costs:
+            lines.append(
+                f"| {cost.stage} | {cost.machine.rsplit('/', 1)[-1]} | {cost.machine_type} | "
+                f"{cost.lifetime_s / 60:.2f} | {cost.cost_usd:.4f} | {cost.ended} |"
+            )
+        lines.append(f"\nMachine cost tonight: ${sum(c.cost_usd for c in costs):.4f}")
     return "\n".join(lines) + "\n"
 
 

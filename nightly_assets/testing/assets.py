@@ -16,6 +16,9 @@ from nightly_assets.stages import StageRun, StageSpec, recorded_stage
 from nightly_assets.testing import checks
 from nightly_assets.testing.junit import parse_collect_only, parse_junit, report_metadata
 from nightly_assets.testing.resources import PYTEST_USABLE_EXIT_CODES, LocalTestRunnerResource, TestRunError
+from nightly_assets.tpu import checks as tpu_checks
+from nightly_assets.tpu.assets import run_tpu_suite_stage
+from nightly_assets.tpu.resources import TpuVmResource
 from nightly_assets.warehouse.resources import WarehouseResource
 
 
@@ -24,10 +27,15 @@ def build_test_suite_asset(spec: StageSpec) -> dg.AssetsDefinition:
     assert suite is not None  # the catalog guarantees it for test_suite stages
     thresholds = spec.pipeline.thresholds
     env_stage = spec.upstream_stage("environment", "docker_image")
+    on_tpu_vm = any(spec.catalog.runners[r].kind == "tpu_vm" for r in spec.stage.runner_names())
+    budget = thresholds.cost_budget_usd if on_tpu_vm else None
 
     @dg.asset(
         **spec.asset_args(
-            check_specs=checks.test_report_check_specs(spec.key, thresholds.test_count_drop_pct)
+            check_specs=[
+                *checks.test_report_check_specs(spec.key, thresholds.test_count_drop_pct),
+                *tpu_checks.cost_check_specs(spec.key, budget),
+            ]
         )
     )
     def _test_report(
@@ -38,12 +46,20 @@ def build_test_suite_asset(spec: StageSpec) -> dg.AssetsDefinition:
         docker_pool: DockerRunnerPoolResource,
         registries: ContainerRegistriesResource,
         bazel_rbe: BazelRbeResource,
+        tpu_vms: TpuVmResource,
     ) -> Iterator[dg.MaterializeResult]:
         """JUnit report of one test suite for one night and target."""
         extra: dict[str, object] = {}
+        cost_checks: list[dg.AssetCheckResult] = []
         with recorded_stage(context, spec, artefacts, warehouse) as run:
             environment = artefacts.read_manifest(run.key, env_stage) if env_stage else {}
-            if suite.bazel is not None:
+            if run.runner is not None and run.runner.kind == "tpu_vm":
+                report, extra, cost = run_tpu_suite_stage(
+                    context, run, spec, artefacts, warehouse.store(), tpu_vms
+                )
+                if budget is not None:
+                    cost_checks.append(tpu_checks.cost_within_budget(spec.key, cost, budget))
+            elif suite.bazel is not None:
                 report, extra = _run_bazel_suite(context, run, suite, spec, artefacts, bazel_rbe)
             elif runs_in_image(environment):
                 report = _run_suite_in_image(context, run, suite, spec, environment, docker_pool, registries)
@@ -70,6 +86,7 @@ def build_test_suite_asset(spec: StageSpec) -> dg.AssetsDefinition:
             check_results=[
                 checks.tests_passed(spec.key, report),
                 checks.test_count_stable(spec.key, report, previous, thresholds.test_count_drop_pct),
+                *cost_checks,
             ],
         )
 

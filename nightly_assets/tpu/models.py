@@ -36,6 +36,7 @@ class TpuTarget:
     preemptible: bool = True
     spot: bool = False
     hourly_usd: float = 0.0
+    queued_resource: bool = False  # ask through the QueuedResources API (waits for capacity)
 
     @classmethod
     def from_params(cls, params: Mapping[str, object], target: str = "tpu") -> TpuTarget:
@@ -48,7 +49,7 @@ class TpuTarget:
                     f"target {target!r}: params.{name} must be a non-empty string, got {value!r}"
                 )
             values[name] = value.strip()
-        for name in ("preemptible", "spot"):
+        for name in ("preemptible", "spot", "queued_resource"):
             value = params.get(name, name == "preemptible")
             if not isinstance(value, bool):
                 raise ValueError(f"target {target!r}: params.{name} must be true or false, got {value!r}")

@@ -9,6 +9,7 @@ Credentials: google.auth's default credentials (a service account, workload iden
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Literal
@@ -29,7 +30,7 @@ _log = logging.getLogger(__name__)
 class TpuVmResource(dg.ConfigurableResource):
     """Creates TPU VMs in `project` for the runs of the `tpu` pipeline and deletes them."""
 
-    project: str = Field(description="the GCP project the TPU VMs are created in")
+    project: str = Field(description="the GCP project the TPU VMs are created in ('': not configured)")
     api_endpoint: str | None = Field(default=None, description="TPU API endpoint; None: tpu.googleapis.com")
     transport: Literal["rest", "grpc"] = "rest"
     credentials: Literal["default", "anonymous"] = Field(
@@ -55,6 +56,10 @@ class TpuVmResource(dg.ConfigurableResource):
         return tpu_v2.TpuClient(transport=self.transport, credentials=credentials, client_options=options)
 
     def nodes(self) -> TpuNodes:
+        if not self.project:
+            raise TpuApiError(
+                "TPU VMs need a GCP project: set NIGHTLY_TPU_PROJECT (or the resource's project)"
+            )
         return TpuNodes(self.client(), self.project, call_timeout_s=self.api_timeout_s)
 
     def settings(self) -> TpuVmSettings:
@@ -171,3 +176,22 @@ def sweep_orphans(
     if failures:
         raise TpuApiError(f"the sweeper deleted {len(deleted)} node(s) but failed on: " + "; ".join(failures))
     return deleted
+
+
+def tpu_vms_from_env() -> TpuVmResource:
+    """NIGHTLY_TPU_PROJECT (required to run), _API_ENDPOINT, _CREDENTIALS, _SSH_USER, _SSH_PORT,
+    _REMOTE_ROOT, _POLL_S, _READY_TIMEOUT_S, _QUEUED; unset ones keep the resource's defaults."""
+    env = {
+        "project": "NIGHTLY_TPU_PROJECT",
+        "api_endpoint": "NIGHTLY_TPU_API_ENDPOINT",
+        "credentials": "NIGHTLY_TPU_CREDENTIALS",
+        "ssh_user": "NIGHTLY_TPU_SSH_USER",
+        "ssh_port": "NIGHTLY_TPU_SSH_PORT",
+        "remote_root": "NIGHTLY_TPU_REMOTE_ROOT",
+        "poll_interval_s": "NIGHTLY_TPU_POLL_S",
+        "ready_timeout_s": "NIGHTLY_TPU_READY_TIMEOUT_S",
+        "use_queued_resource": "NIGHTLY_TPU_QUEUED",
+    }
+    config: dict[str, object] = {field: os.environ[var] for field, var in env.items() if os.environ.get(var)}
+    config.setdefault("project", "")
+    return TpuVmResource(**config)  # type: ignore[arg-type]  # pydantic converts the strings

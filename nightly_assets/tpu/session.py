@@ -101,7 +101,7 @@ class TpuVm:
             metadata={"ssh-keys": f"{user}:{self._key.public_line}", "enable-guest-attributes": "TRUE"},
             external_ip=not self.settings.use_internal_ip,
         )
-        queued = self.settings.use_queued_resource
+        queued = self.settings.use_queued_resource or self.target.queued_resource
         self._may_exist = True  # a create whose answer is lost may still have made the node
         self.log.info(
             "creating TPU node %s (%s in %s)", self.node_name, request.accelerator_type, request.zone

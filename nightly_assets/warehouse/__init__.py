@@ -1,9 +1,10 @@
 """The nightly results warehouse (SQLite or MySQL/MariaDB through SQLAlchemy)."""
 
 from nightly_assets.warehouse.resources import WarehouseResource, default_warehouse_url
-from nightly_assets.warehouse.store import NightRow, StageRow, Warehouse, WarehouseError
+from nightly_assets.warehouse.store import MachineCost, NightRow, StageRow, Warehouse, WarehouseError
 
 __all__ = [
+    "MachineCost",
     "NightRow",
     "StageRow",
     "Warehouse",

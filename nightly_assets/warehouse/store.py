@@ -26,6 +26,7 @@ from nightly_assets.warehouse.tables import (
     ALL_TABLES,
     Base,
     BenchmarkTable,
+    CostTable,
     NightTable,
     StageTable,
     SuiteTable,
@@ -54,6 +55,19 @@ class StageRow:
     run_id: str
     artefact: str | None
     detail: str | None
+
+
+@dataclass(frozen=True)
+class MachineCost:
+    """What one stage's rented machine cost: lifetime x hourly price, and how its life ended."""
+
+    stage: str
+    machine: str
+    machine_type: str
+    lifetime_s: float
+    hourly_usd: float
+    cost_usd: float
+    ended: str  # "completed", or why it ended early (preempted, timeout, ...)
 
 
 @dataclass(frozen=True)
@@ -193,6 +207,11 @@ class Warehouse:
         ]
         self._replace(BenchmarkTable, _is_key(BenchmarkTable, key), rows)
 
+    def record_cost(self, key: NightKey, cost: MachineCost) -> None:
+        """Replace the cost row of (key, cost.stage)."""
+        row = {**_key(key), **{name: getattr(cost, name) for name in _COST_COLUMNS}}
+        self._replace(CostTable, [*_is_key(CostTable, key), CostTable.stage == cost.stage], [row])
+
     # -- reads ----------------------------------------------------------------------------
 
     def stages(self, key: NightKey) -> list[StageRow]:
@@ -279,6 +298,12 @@ class Warehouse:
         rows = self._read(lambda s: s.execute(query).all())
         return [(r.night, r.value) for r in rows]
 
+    def costs(self, key: NightKey) -> list[MachineCost]:
+        """The night's machine costs, by stage."""
+        query = select(CostTable).where(*_is_key(CostTable, key)).order_by(CostTable.stage)
+        rows = self._read(lambda s: s.scalars(query).all())
+        return [MachineCost(**{name: getattr(r, name) for name in _COST_COLUMNS}) for r in rows]
+
     def nights(self, pipeline: str | None = None) -> list[NightRow]:
         """All recorded nights (of one pipeline), by pipeline, night, target."""
         t = NightTable
@@ -353,6 +378,7 @@ class Warehouse:
 
 
 _COUNT_COLUMNS = ("total", "passed", "failed", "error", "skipped", "collected")
+_COST_COLUMNS = tuple(MachineCost.__dataclass_fields__)
 
 
 def _key(key: NightKey) -> dict[str, Any]:

@@ -129,10 +129,29 @@ class BenchmarkTable(_Keyed, Base):
     lower_is_better: Mapped[bool]
 
 
+class CostTable(_Keyed, Base):
+    """What a stage's rented machine cost (seed 003: a TPU VM's lifetime x its hourly price)."""
+
+    __tablename__ = "costs"
+    __table_args__ = (
+        UniqueConstraint("pipeline", "night", "target", "stage", name="uq_costs_key"),
+        _MYSQL_OPTIONS,
+    )
+
+    stage: Mapped[str] = mapped_column(String(NAME_LEN))
+    machine: Mapped[str] = mapped_column(Text)  # e.g. projects/p/locations/z/nodes/n
+    machine_type: Mapped[str] = mapped_column(String(NAME_LEN))
+    lifetime_s: Mapped[float] = mapped_column(Double)
+    hourly_usd: Mapped[float] = mapped_column(Double)
+    cost_usd: Mapped[float] = mapped_column(Double)
+    ended: Mapped[str] = mapped_column(String(STATUS_LEN))  # "completed" or why the machine went early
+
+
 ALL_TABLES: tuple[type[Base], ...] = (
     NightTable,
     StageTable,
     SuiteTable,
     TestCaseTable,
     BenchmarkTable,
+    CostTable,
 )

@@ -1,0 +1,39 @@
+"""The cost check of a suite on a rented TPU VM: tonight's VM cost against the catalog's budget."""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from nightly_assets.warehouse.store import MachineCost
+
+COST_WITHIN_BUDGET = "cost_within_budget"
+
+
+def cost_check_specs(key: dg.AssetKey, budget_usd: float | None) -> list[dg.AssetCheckSpec]:
+    if budget_usd is None:
+        return []
+    return [
+        dg.AssetCheckSpec(
+            COST_WITHIN_BUDGET,
+            asset=key,
+            description=f"The run's TPU VM cost (lifetime x hourly price) stayed within ${budget_usd:g}.",
+        )
+    ]
+
+
+def cost_within_budget(key: dg.AssetKey, cost: MachineCost, budget_usd: float) -> dg.AssetCheckResult:
+    return dg.AssetCheckResult(
+        check_name=COST_WITHIN_BUDGET,
+        asset_key=key,
+        passed=cost.cost_usd <= budget_usd,
+        severity=dg.AssetCheckSeverity.WARN,
+        description=(
+            f"${cost.cost_usd:.4f} for {cost.lifetime_s:.0f} s of {cost.machine_type} "
+            f"at ${cost.hourly_usd:g}/h (budget ${budget_usd:g})"
+        ),
+        metadata={
+            "cost_usd": dg.MetadataValue.float(cost.cost_usd),
+            "budget_usd": dg.MetadataValue.float(budget_usd),
+            "lifetime_s": dg.MetadataValue.float(cost.lifetime_s),
+        },
+    )

@@ -1,0 +1,167 @@
+"""A test suite on a fresh TPU VM (seed 003): what the nightly stage and the PR tier both run.
+
+The pinned checkout travels as one tarball with `remote_suite.py` beside it; the VM unpacks it,
+installs it, runs pytest and writes the timing JSON. Whatever happens, the VM's lifetime and
+cost come back (the caller records them) and the VM is deleted by `TpuVmResource.run_suite`.
+"""
+
+from __future__ import annotations
+
+import logging
+import tarfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from nightly_assets.catalog.models import Suite, Target
+from nightly_assets.results import TestReport
+from nightly_assets.testing.junit import parse_junit
+from nightly_assets.testing.resources import PYTEST_USABLE_EXIT_CODES, TestRunError
+from nightly_assets.tpu.models import TpuRunOutcome, TpuSuite, TpuTarget
+from nightly_assets.tpu.resources import TpuVmResource
+from nightly_assets.warehouse.store import MachineCost
+
+REMOTE_SCRIPT = Path(__file__).with_name("remote_suite.py")
+_SKIP_DIRS = {".git", ".venv", "__pycache__", ".pytest_cache", "bazel-out"}
+
+
+class TpuStageParams(BaseModel):
+    """The stage's `params` for a suite on a TPU VM (pipelines/tpu.yaml)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    python: str = Field(default="python3", min_length=1, description="the VM's Python")
+    venv: bool = Field(default=True, description="run in a fresh venv (with the image's site packages)")
+    install: bool = Field(default=True, description="pip install -e the checkout first")
+    pip_args: list[str] = Field(default_factory=list, description="extra `pip install` arguments")
+    timing_file: str = Field(default="test_timing.json", description="the timing JSON the suite writes")
+    repo: str | None = None  # which repository (StageSpec.checkout); the first by default
+
+    @classmethod
+    def parse(cls, stage: str, params: dict[str, Any]) -> TpuStageParams:
+        try:
+            return cls.model_validate(params)
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+            raise ValueError(f"stage '{stage}': bad params for a TPU VM suite: {problems}") from None
+
+
+class TpuRunEnded(RuntimeError):
+    """The VM went before the suite finished (preempted, SSH lost, timeout...): says why."""
+
+    def __init__(self, message: str, outcome: TpuRunOutcome) -> None:
+        super().__init__(message)
+        self.outcome = outcome
+
+
+@dataclass(frozen=True)
+class TpuSuiteResult:
+    report: TestReport
+    outcome: TpuRunOutcome
+
+
+def machine_cost(stage: str, outcome: TpuRunOutcome, hourly_usd: float) -> MachineCost:
+    return MachineCost(
+        stage=stage,
+        machine=outcome.node_name,
+        machine_type=outcome.accelerator_type,
+        lifetime_s=round(outcome.lifetime_s, 3),
+        hourly_usd=hourly_usd,
+        cost_usd=outcome.cost_usd,
+        ended=outcome.reason or "completed",
+    )
+
+
+def pack_checkout(checkout: Path, tarball: Path) -> Path:
+    """The checkout as it was tested (patches included), without VCS and build leftovers."""
+
+    def keep(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+        return None if _SKIP_DIRS.intersection(Path(info.name).parts) else info
+
+    with tarfile.open(tarball, "w:gz") as archive:
+        archive.add(checkout, arcname=".", filter=keep)
+    return tarball
+
+
+def suite_for(
+    suite: Suite,
+    params: TpuStageParams,
+    target: Target,
+    tarball: Path,
+    commit: str,
+) -> TpuSuite:
+    """The argv the VM runs: our runner script, every value its own argument."""
+    assert suite.markers is not None  # Bazel suites do not run on TPU VMs (the catalog says so)
+    markers = suite.markers.format(arch=target.arch, **target.params)
+    argv = [params.python, "remote_suite.py", "--source", "source.tar.gz", "--junit", "junit.xml"]
+    argv += ["--timing", params.timing_file, "--markers", markers, "--commit", commit]
+    argv += [flag for flag, on in (("--venv", params.venv), ("--install", params.install)) if on]
+    argv += [f"--pip-arg={arg}" for arg in params.pip_args]
+    return TpuSuite(
+        argv=[*argv, "--", *suite.paths],
+        junit_file="junit.xml",
+        timing_file=params.timing_file,
+        uploads={"remote_suite.py": REMOTE_SCRIPT, "source.tar.gz": tarball},
+        timeout_s=suite.timeout_minutes * 60,
+    )
+
+
+def run_suite_on_vm(
+    tpu_vms: TpuVmResource,
+    *,
+    name: str,
+    suite: Suite,
+    params: TpuStageParams,
+    target: Target,
+    checkout: Path,
+    commit: str,
+    run_id: str,
+    night: str,
+    workdir: Path,
+    labels: dict[str, str],
+    log: logging.Logger,
+    on_outcome: Callable[[TpuRunOutcome], None],
+) -> TpuSuiteResult:
+    """One suite on one fresh VM. `on_outcome` gets the VM's lifetime and cost as soon as it is
+    deleted, whatever happened (an interrupt included). Raises TpuRunEnded when the VM went
+    early, TestRunError when pytest could not run."""
+    tpu_target = TpuTarget.from_params(target.params, target.name)
+    tarball = pack_checkout(checkout, workdir / "source.tar.gz")
+    tpu_suite = suite_for(suite, params, target, tarball, commit)
+    log.info(
+        f"{name}: {tpu_target.accelerator_type} in {tpu_target.zone} "
+        f"({'spot' if tpu_target.spot else 'preemptible' if tpu_target.preemptible else 'on-demand'}), "
+        f"pytest -m {tpu_suite.argv[tpu_suite.argv.index('--markers') + 1]!r}"
+    )
+    out_dir = workdir / "vm"
+    try:
+        outcome = tpu_vms.run_suite(
+            tpu_target, tpu_suite, run_id=run_id, night=night, out_dir=out_dir, labels=labels, log=log
+        )
+    except BaseException as exc:
+        interrupted = getattr(exc, "tpu_outcome", None)  # run_suite puts it on what it re-raises
+        if isinstance(interrupted, TpuRunOutcome):
+            on_outcome(interrupted)
+        raise
+    on_outcome(outcome)
+    log.info(
+        f"{name}: VM {outcome.node_name.rsplit('/', 1)[-1]} lived {outcome.lifetime_s:.0f} s, "
+        f"${outcome.cost_usd:.4f}; " + (f"ended early: {outcome.reason}" if outcome.reason else "completed")
+    )
+    if outcome.reason is not None:
+        raise TpuRunEnded(f"{name}: the TPU VM run ended early ({outcome.reason}): {outcome.detail}", outcome)
+    if outcome.exit_code not in PYTEST_USABLE_EXIT_CODES or outcome.junit_path is None:
+        tail = _tail(outcome.log_path)
+        raise TestRunError(f"{name}: pytest on the TPU VM exited {outcome.exit_code}; last output:\n{tail}")
+    return TpuSuiteResult(
+        parse_junit(outcome.junit_path, name, outcome.node_name.rsplit("/", 1)[-1]), outcome
+    )
+
+
+def _tail(path: Path | None, lines: int = 30) -> str:
+    if path is None or not path.is_file():
+        return "(no output)"
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
