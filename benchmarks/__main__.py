@@ -1,15 +1,32 @@
-"""`python -m benchmarks`: run every benchmark and print the ratios (see README)."""
+"""`python -m benchmarks [NAME ...]`: run every benchmark (or the named ones) and print the ratios
+(see README). NAME is a module of this package, e.g. `python -m benchmarks tpu_overhead`."""
 
-from benchmarks import definitions_load, image_cache, night_overhead
+import sys
+from collections.abc import Callable
+
+from benchmarks import bazel_cache, definitions_load, image_cache, night_overhead, tpu_overhead
+
+BENCHMARKS: dict[str, Callable[[], dict[str, float]]] = {
+    "definitions_load": definitions_load.main,
+    "night_overhead": night_overhead.main,
+    "image_cache": image_cache.main,
+    "tpu_overhead": tpu_overhead.main,
+    "bazel_cache": bazel_cache.main,
+}
 
 
-def main() -> None:
-    ratios = {**definitions_load.main(), **night_overhead.main(), **image_cache.main()}
-    width = max(28, *(len(name) for name in ratios))
+def main(names: list[str]) -> None:
+    unknown = [name for name in names if name not in BENCHMARKS]
+    if unknown:
+        sys.exit(f"unknown benchmark(s): {', '.join(unknown)}; choose from {', '.join(BENCHMARKS)}")
+    ratios: dict[str, float] = {}
+    for name in names or BENCHMARKS:
+        ratios.update(BENCHMARKS[name]())
+    width = max([28, *(len(name) for name in ratios)])
     print("\nratios:")
     for name, value in ratios.items():
         print(f"  {name:<{width}} {value:6.2f}")
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

@@ -13,6 +13,7 @@ from nightly_assets.artefacts.resources import ArtefactStoreResource
 from nightly_assets.batch.resources import batch_scheduler_from_env
 from nightly_assets.builds.resources import PythonBuildResource
 from nightly_assets.containers.config import registries_from_env, runner_pool_from_env
+from nightly_assets.github.resources import github_from_env
 from nightly_assets.rbe.resources import bazel_rbe_from_env
 from nightly_assets.release.resources import LocalPackageIndexResource
 from nightly_assets.reporting.resources import FileNotifierResource, SlackNotifierResource
@@ -45,6 +46,7 @@ def resources_for(env: Env, home: Path) -> dict[str, Any]:
         "batch": batch_scheduler_from_env(home),
         "bazel_rbe": bazel_rbe_from_env(home),
         "tpu_vms": tpu_vms_from_env(),
+        "github": github_from_env(),
     }
     if env == "prod":
         resources["notifier"] = SlackNotifierResource(slack=SlackResource(token=dg.EnvVar("SLACK_BOT_TOKEN")))

@@ -10,6 +10,8 @@ pytest_plugins = [
     "nightly_assets_tests.peers.buildgrid",
     "nightly_assets_tests.peers.tpu_api",
     "nightly_assets_tests.peers.sshd",
+    "nightly_assets_tests.peers.github_api",
+    "nightly_assets_tests.tpu_harness",
 ]
 
 

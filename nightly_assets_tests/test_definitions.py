@@ -152,7 +152,15 @@ def test_schedules_jobs_and_sensors(defs):
         assert schedule.execution_timezone == "UTC"
         assert defs.resolve_job_def(f"{pipeline}_nightly")
         assert defs.resolve_job_def(f"{pipeline}_summary")
-    assert {s.name for s in defs.sensors} == {"night_failure_alerts", "night_check_alerts"}
+    assert {s.name for s in defs.sensors} == {
+        "night_failure_alerts",
+        "night_check_alerts",
+        "tpu_pr_label",  # tier 3 of seed 003
+        "tpu_vm_sweeper",
+    }
+    pr_job = defs.resolve_job_def("tpu_pr")
+    assert [node.name for node in pr_job.nodes] == ["tpu_pr_tests"]
+    assert defs.resolve_sensor_def("tpu_pr_label").job_name == "tpu_pr"
 
 
 def test_schedule_requests_one_run_per_target_for_the_night_that_ended(defs):

@@ -139,6 +139,18 @@ class Thresholds(StrictModel):
     cost_budget_usd: float | None = Field(default=None, gt=0)
 
 
+class GitHub(StrictModel):
+    """Where a pipeline reports on GitHub: the PR tier's label, and an issue when a night fails."""
+
+    repo: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")]
+    pr_label: str | None = Field(default=None, min_length=1, max_length=50)  # starts the PR tier
+    pr_stage: Identifier | None = None  # the test_suite stage the PR tier runs; default the first
+    allow: list[str] = Field(default_factory=list)  # logins that may start it without write access
+    issue_on_failure: bool = True
+    issue_labels: list[str] = Field(default_factory=lambda: ["ci-failure"])
+    status_context: str | None = None  # the commit status' name; default nightly/<pipeline>
+
+
 class Pipeline(StrictModel):
     name: Identifier
     title: str = Field(min_length=1)
@@ -152,6 +164,7 @@ class Pipeline(StrictModel):
     targets: list[Target] = Field(min_length=1)
     stages: list[Stage] = Field(min_length=1)
     thresholds: Thresholds = Field(default_factory=Thresholds)
+    github: GitHub | None = None
 
     @model_validator(mode="after")
     def _references(self) -> Pipeline:
@@ -172,7 +185,22 @@ class Pipeline(StrictModel):
             if sum(s.kind == kind for s in self.stages) != 1:
                 raise ValueError(f"a pipeline has exactly one '{kind}' stage")
         _check_acyclic(self.stages)
+        if self.github is not None and self.github.pr_label is not None:
+            self.pr_stage()  # named and a test suite
         return self
+
+    def pr_stage(self) -> Stage:
+        """The test_suite stage the PR tier runs (github.pr_stage, else the first test suite)."""
+        assert self.github is not None
+        suites = self.stages_of("test_suite")
+        wanted = self.github.pr_stage
+        stage = next((s for s in suites if s.name == wanted), None) if wanted else next(iter(suites), None)
+        if stage is None:
+            names = ", ".join(s.name for s in suites) or "none"
+            raise ValueError(
+                f"github.pr_stage: expected one of the test_suite stages ({names}), got {wanted!r}"
+            )
+        return stage
 
     def stage(self, name: str) -> Stage:
         return next(s for s in self.stages if s.name == name)

@@ -3,19 +3,29 @@
 import dagster as dg
 
 from nightly_assets.artefacts.resources import ArtefactStoreResource
+from nightly_assets.catalog.models import GitHub as GitHubSettings
+from nightly_assets.github.client import GitHubError
+from nightly_assets.github.resources import GitHubResource
 from nightly_assets.reporting.summary import night_status, summary_markdown, summary_rows
+from nightly_assets.results import NightKey
 from nightly_assets.stages import StageSpec, recorded_stage
 from nightly_assets.warehouse.resources import WarehouseResource
 
 
 def build_night_summary_asset(spec: StageSpec) -> dg.AssetsDefinition:
     judged = set(spec.upstream())  # the night's status; release comes after the summary
+    github_settings = spec.pipeline.github
+    report_issue = github_settings is not None and github_settings.issue_on_failure
 
     @dg.asset(**spec.asset_args())
     def _night_summary(
-        context: dg.AssetExecutionContext, artefacts: ArtefactStoreResource, warehouse: WarehouseResource
+        context: dg.AssetExecutionContext,
+        artefacts: ArtefactStoreResource,
+        warehouse: WarehouseResource,
+        github: GitHubResource,
     ) -> dg.MaterializeResult:
         """The night's results table: stage, status, runner, duration, artefacts and machine cost."""
+        issue: dict[str, str] = {}
         with recorded_stage(context, spec, artefacts, warehouse) as run:
             store = warehouse.store()
             rows = summary_rows(spec.pipeline, run.key, store, skip=spec.stage.name)
@@ -35,6 +45,10 @@ def build_night_summary_asset(spec: StageSpec) -> dg.AssetsDefinition:
             )
             run.artefact = str(path)
             run.detail = status
+            if report_issue and status == "failure":
+                assert github_settings is not None
+                issue = _report_failure(context, github, github_settings, run.key, markdown)
+                run.manifest["issue"] = issue
         return dg.MaterializeResult(
             metadata={
                 "summary": dg.MetadataValue.md(markdown),
@@ -42,7 +56,38 @@ def build_night_summary_asset(spec: StageSpec) -> dg.AssetsDefinition:
                 "failed_tests": failed_tests,
                 "cost_usd": dg.MetadataValue.float(cost_usd),
                 "file": dg.MetadataValue.path(str(path)),
+                **{f"issue/{k}": v for k, v in issue.items()},
             }
         )
 
     return _night_summary
+
+
+def _report_failure(
+    context: dg.AssetExecutionContext,
+    github: GitHubResource,
+    settings: GitHubSettings,
+    key: NightKey,
+    markdown: str,
+) -> dict[str, str]:
+    """Seed 003's "Report failure": open the pipeline's failure issue, or comment on the open one.
+
+    The marker names pipeline and target, so a second failing night updates the same issue. A
+    GitHub that cannot be reached is logged and kept in metadata: the summary itself stands.
+    """
+    marker = f"nightly-assets:failure:{key.pipeline}:{key.target}"
+    title = f"Nightly {key.pipeline} tests failed ({key.target})"
+    night = key.night.isoformat()
+    body = (
+        f"The {key.pipeline} night {night} failed on {key.target} (run {context.run.run_id}).\n\n{markdown}"
+    )
+    try:
+        with github.client(settings.repo) as client:
+            issue, created = client.open_or_update_issue(
+                title=title, body=body, marker=marker, labels=settings.issue_labels
+            )
+    except GitHubError as exc:
+        context.log.error(f"could not open or update the failure issue on {settings.repo}: {exc}")
+        return {"error": str(exc)}
+    context.log.info(f"{'opened' if created else 'updated'} {issue.html_url}")
+    return {"url": issue.html_url, "action": "opened" if created else "updated"}

@@ -80,22 +80,40 @@ def _ready(address: str, process: subprocess.Popen[bytes], deadline: float) -> b
     return False
 
 
-@pytest.fixture(scope="session", name="buildgrid")
-def buildgrid_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BuildGrid]:
-    """A BuildGrid remote cache for the session; stopped at its end."""
-    root = tmp_path_factory.mktemp("buildgrid")
+def start_buildgrid(root: Path) -> tuple[BuildGrid, subprocess.Popen[bytes]]:
+    """Start a BuildGrid remote cache on a free port, its config, CAS and log under `root`, and wait
+    until it answers. The caller stops the process (`stop_process(process, STOP_TIMEOUT_S)`).
+
+    Fails the test (`pytest.fail`) if `bgd` is not installed; raises RuntimeError, with the log's
+    tail, if it does not answer within START_TIMEOUT_S (the process is stopped first).
+    """
+    bgd = _bgd()
+    root.mkdir(parents=True, exist_ok=True)
     address = f"{LOOPBACK}:{free_port()}"
     config = root / "bgd.yml"
     config.write_text(_CONFIG.format(address=address, cas=root / "cas", instance=INSTANCE))
     log_path = root / "bgd.log"
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            [_bgd(), "server", "start", str(config)], stdout=log, stderr=subprocess.STDOUT, cwd=root
+            [bgd, "server", "start", str(config)], stdout=log, stderr=subprocess.STDOUT, cwd=root
         )
     try:
-        if not _ready(address, process, time.monotonic() + START_TIMEOUT_S):
-            tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-20:])
-            pytest.fail(f"BuildGrid did not answer on {address} within {START_TIMEOUT_S:.0f} s:\n{tail}")
-        yield BuildGrid(url=f"grpc://{address}", instance_name=INSTANCE, log_path=log_path)
+        ready = _ready(address, process, time.monotonic() + START_TIMEOUT_S)
+    except BaseException:
+        stop_process(process, STOP_TIMEOUT_S)
+        raise
+    if not ready:
+        stop_process(process, STOP_TIMEOUT_S)
+        tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-20:])
+        raise RuntimeError(f"BuildGrid did not answer on {address} within {START_TIMEOUT_S:.0f} s:\n{tail}")
+    return BuildGrid(url=f"grpc://{address}", instance_name=INSTANCE, log_path=log_path), process
+
+
+@pytest.fixture(scope="session", name="buildgrid")
+def buildgrid_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BuildGrid]:
+    """A BuildGrid remote cache for the session; stopped at its end."""
+    grid, process = start_buildgrid(tmp_path_factory.mktemp("buildgrid"))
+    try:
+        yield grid
     finally:
         stop_process(process, STOP_TIMEOUT_S)
