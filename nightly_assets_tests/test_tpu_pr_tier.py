@@ -140,6 +140,10 @@ def test_the_pr_job_tests_the_head_on_a_vm_and_reports_status_and_comment(
     assert cost.ended == "completed" and cost.cost_usd > 0
     assert store.suite_counts(NightKey("tpu", today, "pr-8"))["tests_tpu"]["failed"] == 1
     assert tpu_api.node_names() == []
+    for result in results.values():  # the token is an EnvVar: not in run config, logs or metadata
+        logged = [repr(e) for e in instance.all_logs(result.run_id)]
+        logged.append(repr(instance.get_run_by_id(result.run_id)))
+        assert not [text for text in logged if github_api.token in text]
 
 
 @pytest.mark.tpu
