@@ -39,7 +39,7 @@ def build_night_summary_asset(spec: StageSpec) -> dg.AssetsDefinition:
             night = store.night(run.key)
             pins = night.pins if night else {}
             store.record_night(run.key, run_id=context.run.run_id, status=status, pins=pins)
-            cost_usd = round(sum(c.cost_usd for c in costs), 6)
+            cost_usd = round(float(sum(c.cost_usd for c in costs)), 6)
             run.manifest.update(
                 status=status, summary=str(path), failed_tests=failed_tests, cost_usd=cost_usd
             )

@@ -138,6 +138,8 @@ def build_pr_job(pipeline: Pipeline, pool: str | None) -> dg.JobDefinition:
                 context.log.error(f"PR #{config.pr}: could not report '{state}' to GitHub: {exc}")
                 if problem is None:
                     raise
+            finally:
+                gh.close()
         if problem is not None:
             raise dg.Failure(description=problem)
         assert report is not None
