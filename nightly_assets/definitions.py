@@ -7,7 +7,6 @@ from pathlib import Path
 import dagster as dg
 
 from nightly_assets.catalog.loader import catalog_dir, load_catalog
-from nightly_assets.catalog.models import Catalog, Pipeline
 from nightly_assets.github.sensors import build_pr_label_sensor
 from nightly_assets.pipelines import build_pipeline
 from nightly_assets.reporting.sensors import build_alert_sensors
@@ -29,7 +28,7 @@ def build_definitions(directory: Path | None = None) -> dg.Definitions:
     ]
     # Tier 3 of seed 003: pipelines with a PR label get a PR job and the sensor that starts it.
     labelled = [p for p in catalog.pipelines.values() if p.github and p.github.pr_label]
-    pr_jobs = {p.name: build_pr_job(p, _pool(catalog, p)) for p in labelled}
+    pr_jobs = {p.name: build_pr_job(p, catalog.pool_of(p.pr_stage())) for p in labelled}
     return dg.Definitions(
         assets=[a for p in pipelines for a in p.assets],
         jobs=[j for p in pipelines for j in (p.nightly_job, p.summary_job)] + list(pr_jobs.values()),
@@ -41,12 +40,6 @@ def build_definitions(directory: Path | None = None) -> dg.Definitions:
         ],
         resources=resources_for(env, nightly_home()),
     )
-
-
-def _pool(catalog: Catalog, pipeline: Pipeline) -> str | None:
-    """The pool of the runner the PR tier's stage runs on (the TPU pool), shared with the nightly."""
-    pools = [catalog.runners[r].pool for r in pipeline.pr_stage().runner_names()]
-    return next((p for p in pools if p), None)
 
 
 defs = build_definitions()

@@ -70,16 +70,21 @@ class StageSpec:
         """The nearest stage upstream of this one whose kind is one of `kinds`."""
         return next((n for n in self.upstream() if self.pipeline.stage(n).kind in kinds), None)
 
-    def checkout(self, artefacts: ArtefactStoreResource, key: NightKey) -> Path:
-        """The night's pinned checkout of the stage's repository (`params.repo`, else the first)."""
+    def pinned_repo(self, artefacts: ArtefactStoreResource, key: NightKey) -> dict[str, str]:
+        """The sources stage's record of the stage's repository (`params.repo`, else the first):
+        `path` of the night's checkout, `sha`, `url`, `branch`..."""
         sources = self.pipeline.stages_of("sources")[0].name
         repo = self.stage.params.get("repo", self.pipeline.repositories[0].name)
-        return Path(artefacts.read_manifest(key, sources)["repos"][repo]["path"])
+        entry: dict[str, str] = artefacts.read_manifest(key, sources)["repos"][repo]
+        return entry
+
+    def checkout(self, artefacts: ArtefactStoreResource, key: NightKey) -> Path:
+        """The night's pinned checkout of the stage's repository."""
+        return Path(self.pinned_repo(artefacts, key)["path"])
 
     @property
     def pool(self) -> str | None:
-        pools = [self.catalog.runners[r].pool for r in self.stage.runner_names()]
-        return next((p for p in pools if p), None)
+        return self.catalog.pool_of(self.stage)
 
     def runner(self, target: Target) -> tuple[str, Runner | None]:
         name = self.stage.runner_for(target.arch)

@@ -241,6 +241,14 @@ class Catalog(StrictModel):
                     )
         return self
 
+    def runner_kinds(self, stage: Stage) -> set[str]:
+        """Where the stage's work runs: the kinds of the runners it names (empty: the orchestrator)."""
+        return {self.runners[r].kind for r in stage.runner_names()}
+
+    def pool_of(self, stage: Stage) -> str | None:
+        """The Dagster pool the stage's runners hold, if any."""
+        return next((p for p in (self.runners[r].pool for r in stage.runner_names()) if p), None)
+
 
 def _unique(what: str, names: list[str]) -> None:
     seen: set[str] = set()

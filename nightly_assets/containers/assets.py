@@ -22,7 +22,6 @@ def build_docker_image_asset(spec: StageSpec) -> dg.AssetsDefinition:
     push_to: list[str] = list(params.get("push_to", []))
     wheels_stage = spec.upstream_stage("wheels") if params.get("install_wheels") else None
     base_stage = spec.upstream_stage("docker_image")
-    sources_stage = spec.pipeline.stages_of("sources")[0].name
 
     @dg.asset(**spec.asset_args(check_specs=checks.image_check_specs(spec.key, push_to)))
     def _image(
@@ -63,8 +62,7 @@ def build_docker_image_asset(spec: StageSpec) -> dg.AssetsDefinition:
                     log=context.log,
                     run_id=context.run.run_id,
                 )
-                repo = params.get("repo", spec.pipeline.repositories[0].name)
-                sources = artefacts.read_manifest(run.key, sources_stage)["repos"][repo]
+                sources = spec.pinned_repo(artefacts, run.key)
                 base = artefacts.read_manifest(run.key, base_stage) if base_stage else None
                 outcome = stage.build_and_publish(Path(sources["path"]), sources["sha"], wheels, base)
                 run.manifest.update(outcome.manifest)

@@ -27,7 +27,7 @@ def build_test_suite_asset(spec: StageSpec) -> dg.AssetsDefinition:
     assert suite is not None  # the catalog guarantees it for test_suite stages
     thresholds = spec.pipeline.thresholds
     env_stage = spec.upstream_stage("environment", "docker_image")
-    on_tpu_vm = any(spec.catalog.runners[r].kind == "tpu_vm" for r in spec.stage.runner_names())
+    on_tpu_vm = "tpu_vm" in spec.catalog.runner_kinds(spec.stage)
     budget = thresholds.cost_budget_usd if on_tpu_vm else None
 
     @dg.asset(

@@ -1,13 +1,14 @@
 """The TPU VM branch of a test suite stage: the suite on a fresh VM, its cost in the warehouse."""
 
+from pathlib import Path
+
 import dagster as dg
 
 from nightly_assets.artefacts.resources import ArtefactStoreResource
 from nightly_assets.results import TestReport
 from nightly_assets.stages import StageRun, StageSpec
-from nightly_assets.tpu.models import TpuRunOutcome
 from nightly_assets.tpu.resources import TpuVmResource
-from nightly_assets.tpu.stage import TpuStageParams, machine_cost, run_suite_on_vm
+from nightly_assets.tpu.stage import TpuStageParams, run_suite_on_vm
 from nightly_assets.warehouse.store import MachineCost, Warehouse
 
 
@@ -23,20 +24,12 @@ def run_tpu_suite_stage(
     suite = spec.stage.suite
     assert suite is not None
     params = TpuStageParams.parse(spec.stage.name, spec.stage.params)
-    sources = artefacts.read_manifest(run.key, spec.pipeline.stages_of("sources")[0].name)
-    repo = params.repo or spec.pipeline.repositories[0].name
-    hourly = float(run.target.params.get("hourly_usd", 0.0))
-    costs: list[MachineCost] = []
+    pinned = spec.pinned_repo(artefacts, run.key)
 
-    def record(outcome: TpuRunOutcome) -> None:
-        cost = machine_cost(spec.stage.name, outcome, hourly)
+    def record(cost: MachineCost) -> None:
         store.record_cost(run.key, cost)
-        costs.append(cost)
         run.manifest.update(
-            tpu_node=outcome.node_name,
-            vm_lifetime_s=cost.lifetime_s,
-            cost_usd=cost.cost_usd,
-            vm_ended=cost.ended,
+            tpu_node=cost.machine, vm_lifetime_s=cost.lifetime_s, cost_usd=cost.cost_usd, vm_ended=cost.ended
         )
 
     result = run_suite_on_vm(
@@ -45,18 +38,18 @@ def run_tpu_suite_stage(
         suite=suite,
         params=params,
         target=run.target,
-        checkout=spec.checkout(artefacts, run.key),
-        commit=sources["repos"][repo]["sha"],
+        checkout=Path(pinned["path"]),
+        commit=pinned["sha"],
         run_id=context.run.run_id,
         night=run.key.night.isoformat(),
         workdir=run.workdir,
         labels={"pipeline": spec.pipeline.name, "target": run.target.name},
         log=context.log,
-        on_outcome=record,
+        on_cost=record,
     )
     if result.outcome.timing_path is not None:
         run.manifest["timing_file"] = str(result.outcome.timing_path)  # the benchmarks stage reads it
-    cost = costs[0]
+    cost = result.cost
     metadata: dict[str, object] = {
         "tpu/node": result.outcome.node_name,
         "tpu/vm_lifetime_s": dg.MetadataValue.float(cost.lifetime_s),

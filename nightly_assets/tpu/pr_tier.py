@@ -18,10 +18,10 @@ from nightly_assets.github.client import GitHubError
 from nightly_assets.github.resources import GitHubResource
 from nightly_assets.results import NightKey, TestReport
 from nightly_assets.sources.resources import GitSourcesResource
-from nightly_assets.tpu.models import TpuRunOutcome
 from nightly_assets.tpu.resources import TpuVmResource
-from nightly_assets.tpu.stage import TpuRunEnded, TpuStageParams, machine_cost, run_suite_on_vm
+from nightly_assets.tpu.stage import TpuRunEnded, TpuStageParams, run_suite_on_vm
 from nightly_assets.warehouse.resources import WarehouseResource
+from nightly_assets.warehouse.store import MachineCost
 
 PR_TAG = "nightly/pr"
 SHA_TAG = "nightly/head_sha"
@@ -89,13 +89,11 @@ def build_pr_job(pipeline: Pipeline, pool: str | None) -> dg.JobDefinition:
         key = NightKey(pipeline.name, dt.datetime.now(dt.UTC).date(), f"pr-{config.pr}")
         workdir = artefacts.stage_dir(key, stage.name, fresh=True)
         store = warehouse.store()
-        outcomes: list[TpuRunOutcome] = []
+        costs: list[MachineCost] = []
 
-        def record(outcome: TpuRunOutcome) -> None:
-            outcomes.append(outcome)
-            store.record_cost(
-                key, machine_cost(stage.name, outcome, float(target.params.get("hourly_usd", 0.0)))
-            )
+        def record(cost: MachineCost) -> None:
+            costs.append(cost)
+            store.record_cost(key, cost)
 
         report: TestReport | None = None
         problem: str | None = None
@@ -115,7 +113,7 @@ def build_pr_job(pipeline: Pipeline, pool: str | None) -> dg.JobDefinition:
                 workdir=workdir,
                 labels={"pipeline": pipeline.name, "target": target.name, "pr": str(config.pr)},
                 log=context.log,
-                on_outcome=record,
+                on_cost=record,
             )
             report = result.report
             store.record_test_report(key, report)
@@ -128,7 +126,7 @@ def build_pr_job(pipeline: Pipeline, pool: str | None) -> dg.JobDefinition:
         finally:
             # The PR hears how it ended whatever happened, so its status never stays pending.
             state, summary, comment = _verdict(
-                stage.name, target.name, config.sha, report, problem, outcomes, link
+                stage.name, target.name, config.sha, report, problem, costs[-1] if costs else None, link
             )
             try:
                 gh.set_status(config.sha, state, context=context_name, description=summary, target_url=link)
@@ -166,12 +164,12 @@ def _verdict(
     sha: str,
     report: TestReport | None,
     problem: str | None,
-    outcomes: list[TpuRunOutcome],
+    cost: MachineCost | None,
     link: str | None,
 ) -> tuple[str, str, str]:
     """(commit status state, its one-line description, the PR comment) for how the run ended."""
-    cost = f"VM {outcomes[-1].lifetime_s:.0f} s, ${outcomes[-1].cost_usd:.4f}" if outcomes else "no VM"
-    where = f"`{stage}` on {target} at {sha[:12]} ({cost})"
+    vm = f"VM {cost.lifetime_s:.0f} s, ${cost.cost_usd:.4f}" if cost else "no VM"
+    where = f"`{stage}` on {target} at {sha[:12]} ({vm})"
     details: list[str] = []
     if report is not None and report.passed_all:
         state, icon, summary = "success", "✅", f"TPU tests passed: {report.count('passed')}/{report.total}"
@@ -185,7 +183,7 @@ def _verdict(
     lines = [f"{icon} {summary}, {where}", *(["", *details] if details else [])]
     if link:
         lines += ["", f"[Run in Dagster]({link})"]
-    return state, f"{summary} ({cost})", "\n".join(lines)
+    return state, f"{summary} ({vm})", "\n".join(lines)
 
 
 def _first_line(text: str | None) -> str:

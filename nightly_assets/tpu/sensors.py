@@ -20,7 +20,7 @@ def tpu_zones(catalog: Catalog) -> list[str]:
     zones = {
         str(target.params["zone"])
         for pipeline in catalog.pipelines.values()
-        if any(catalog.runners[r].kind == "tpu_vm" for stage in pipeline.stages for r in stage.runner_names())
+        if any("tpu_vm" in catalog.runner_kinds(stage) for stage in pipeline.stages)
         for target in pipeline.targets
         if "zone" in target.params
     }

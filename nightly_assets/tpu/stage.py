@@ -61,9 +61,10 @@ class TpuRunEnded(RuntimeError):
 class TpuSuiteResult:
     report: TestReport
     outcome: TpuRunOutcome
+    cost: MachineCost
 
 
-def machine_cost(stage: str, outcome: TpuRunOutcome, hourly_usd: float) -> MachineCost:
+def _machine_cost(stage: str, outcome: TpuRunOutcome, hourly_usd: float) -> MachineCost:
     return MachineCost(
         stage=stage,
         machine=outcome.node_name,
@@ -123,9 +124,9 @@ def run_suite_on_vm(
     workdir: Path,
     labels: dict[str, str],
     log: logging.Logger,
-    on_outcome: Callable[[TpuRunOutcome], None],
+    on_cost: Callable[[MachineCost], None],
 ) -> TpuSuiteResult:
-    """One suite on one fresh VM. `on_outcome` gets the VM's lifetime and cost as soon as it is
+    """One suite on one fresh VM. `on_cost` gets the VM's lifetime and cost as soon as it is
     deleted, whatever happened (an interrupt included). Raises TpuRunEnded when the VM went
     early, TestRunError when pytest could not run."""
     tpu_target = TpuTarget.from_params(target.params, target.name)
@@ -144,9 +145,10 @@ def run_suite_on_vm(
     except BaseException as exc:
         interrupted = getattr(exc, "tpu_outcome", None)  # run_suite puts it on what it re-raises
         if isinstance(interrupted, TpuRunOutcome):
-            on_outcome(interrupted)
+            on_cost(_machine_cost(name, interrupted, tpu_target.hourly_usd))
         raise
-    on_outcome(outcome)
+    cost = _machine_cost(name, outcome, tpu_target.hourly_usd)
+    on_cost(cost)
     log.info(
         f"{name}: VM {outcome.node_name.rsplit('/', 1)[-1]} lived {outcome.lifetime_s:.0f} s, "
         f"${outcome.cost_usd:.4f}; " + (f"ended early: {outcome.reason}" if outcome.reason else "completed")
@@ -157,7 +159,7 @@ def run_suite_on_vm(
         tail = _tail(outcome.log_path)
         raise TestRunError(f"{name}: pytest on the TPU VM exited {outcome.exit_code}; last output:\n{tail}")
     return TpuSuiteResult(
-        parse_junit(outcome.junit_path, name, outcome.node_name.rsplit("/", 1)[-1]), outcome
+        parse_junit(outcome.junit_path, name, outcome.node_name.rsplit("/", 1)[-1]), outcome, cost
     )
 
 
