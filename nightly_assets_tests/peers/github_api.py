@@ -25,13 +25,13 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from email.message import Message
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
+from urllib.parse import parse_qsl, urlencode
 
 import pytest
 
-LOOPBACK = "127.0.0.1"
+from nightly_assets_tests.peers.http_api import FakeHttpServer, Request, Response
+
 WEB = "https://github.com"
 DOCS = "https://docs.github.com/rest"
 RATE_LIMIT = 5000
@@ -103,7 +103,7 @@ class FakeGitHubApi:
 
     def __post_init__(self) -> None:
         self._lock = threading.RLock()
-        self._server: ThreadingHTTPServer | None = None
+        self._server: FakeHttpServer | None = None
         self._init_counters()
 
     def _init_counters(self) -> None:
@@ -118,7 +118,7 @@ class FakeGitHubApi:
     @property
     def url(self) -> str:
         assert self._server is not None
-        return f"http://{LOOPBACK}:{self._server.server_address[1]}"
+        return self._server.url
 
     def reset(self) -> None:
         """An empty repository, no permission, no scripted failure, no request seen."""
@@ -577,42 +577,19 @@ class FakeGitHubApi:
     # -- the server -------------------------------------------------------------------------------
 
     def start(self) -> FakeGitHubApi:
-        api = self
+        def respond(request: Request) -> Response:
+            query = parse_qsl(request.query, keep_blank_values=True)
+            status, payload, headers = self.respond(
+                request.method, request.path, query, request.headers, request.body
+            )
+            return Response(status, payload, headers)
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def _serve(self) -> None:
-                split = urlsplit(self.path)
-                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                query = parse_qsl(split.query, keep_blank_values=True)
-                status, payload, headers = api.respond(
-                    self.command, unquote(split.path), query, self.headers, raw
-                )
-                self.send_response(status)
-                for key, value in headers.items():
-                    self.send_header(key, value)
-                if status != 304:  # a 304 has no body, not even an empty one
-                    self.send_header("Content-Type", "application/json; charset=utf-8")
-                    self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                if status != 304:
-                    self.wfile.write(payload)
-
-            do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = _serve
-
-            def log_message(self, *_: object) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer((LOOPBACK, 0), Handler)
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, daemon=True, name="fake-github-api").start()
+        self._server = FakeHttpServer(respond, "fake-github-api")
         return self
 
     def stop(self) -> None:
         if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
+            self._server.stop()
 
 
 def _iso(moment: datetime.datetime) -> str:

@@ -23,12 +23,13 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs
 
 import pytest
+
+from nightly_assets_tests.peers.http_api import FakeHttpServer, Request, Response
 
 LOOPBACK = "127.0.0.1"
 TICK_S = 0.05
@@ -98,12 +99,12 @@ class FakeTpuApi:
         self._lock = threading.RLock()
         self._ids = itertools.count(1)
         self._stopping = threading.Event()
-        self._server: ThreadingHTTPServer | None = None
+        self._server: FakeHttpServer | None = None
 
     @property
     def url(self) -> str:
         assert self._server is not None
-        return f"http://{LOOPBACK}:{self._server.server_address[1]}"
+        return self._server.url
 
     def node_names(self) -> list[str]:
         with self._lock:
@@ -323,46 +324,23 @@ class FakeTpuApi:
     # -- the server ---------------------------------------------------------------------------
 
     def start(self) -> FakeTpuApi:
-        api = self
+        def respond(request: Request) -> Response:
+            try:
+                body = json.loads(request.body) if request.body.strip() else {}
+                status, answer = 200, self.handle(request.method, request.path, _query(request.query), body)
+            except ApiError as error:
+                status = error.code
+                answer = {"error": {"code": error.code, "message": error.message, "status": error.status}}
+            return Response(status, json.dumps(answer).encode())
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def _serve(self) -> None:
-                split = urlsplit(self.path)
-                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                try:
-                    body = json.loads(raw) if raw.strip() else {}
-                    answer, status = (
-                        api.handle(self.command, unquote(split.path), _query(split.query), body),
-                        200,
-                    )
-                except ApiError as error:
-                    status = error.code
-                    answer = {"error": {"code": error.code, "message": error.message, "status": error.status}}
-                payload = json.dumps(answer).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json; charset=UTF-8")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-            do_GET = do_POST = do_DELETE = _serve
-
-            def log_message(self, *_: object) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer((LOOPBACK, 0), Handler)
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, daemon=True, name="fake-tpu-api").start()
+        self._server = FakeHttpServer(respond, "fake-tpu-api")
         threading.Thread(target=self._tick, daemon=True, name="fake-tpu-ticker").start()
         return self
 
     def stop(self) -> None:
         self._stopping.set()
         if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
+            self._server.stop()
 
 
 def _node_json(node: FakeNode) -> dict[str, Any]:
