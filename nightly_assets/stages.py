@@ -70,11 +70,13 @@ class StageSpec:
         """The nearest stage upstream of this one whose kind is one of `kinds`."""
         return next((n for n in self.upstream() if self.pipeline.stage(n).kind in kinds), None)
 
-    def pinned_repo(self, artefacts: ArtefactStoreResource, key: NightKey) -> dict[str, str]:
-        """The sources stage's record of the stage's repository (`params.repo`, else the first):
+    def pinned_repo(
+        self, artefacts: ArtefactStoreResource, key: NightKey, repo: str | None = None
+    ) -> dict[str, str]:
+        """The sources stage's record of `repo` (default: the stage's `params.repo`, else the first):
         `path` of the night's checkout, `sha`, `url`, `branch`..."""
         sources = self.pipeline.stages_of("sources")[0].name
-        repo = self.stage.params.get("repo", self.pipeline.repositories[0].name)
+        repo = repo or self.stage.params.get("repo", self.pipeline.repositories[0].name)
         entry: dict[str, str] = artefacts.read_manifest(key, sources)["repos"][repo]
         return entry
 

@@ -97,6 +97,36 @@ def test_builtin_catalog_has_the_seed_values():
             lambda d: d["targets"][0].update(repo_refs={"pytorch": "v1"}),
             "target 'v6e-1' pins unknown repository 'pytorch'",
         ),
+        (
+            "demo",
+            lambda d: d["stages"][1]["params"].update(builder="make"),
+            "params.builder: expected one of pip, container, bazel, got 'make'",
+        ),
+        (
+            "demo",
+            lambda d: d["stages"][1]["params"].update(bazel={"targets": ["//:w"]}),
+            "params.bazel: a 'bazel' block goes with builder: bazel",
+        ),
+        (
+            "tf_theta",
+            lambda d: d["stages"][1]["params"]["bazel"].pop("targets"),
+            "stages[1:wheels]: params.bazel.targets: Field required",
+        ),
+        (
+            "tf_theta",
+            lambda d: d["stages"][1]["params"]["bazel"].update(workspace="../elsewhere"),
+            "params.bazel.workspace: Value error, '../elsewhere': expected a path inside the checkout",
+        ),
+        (
+            "tf_theta",
+            lambda d: d["stages"][1]["params"]["bazel"]["bootstrap"].update(repo="bazelisk"),
+            "stage 'wheels' builds from unknown repository 'bazelisk'",
+        ),
+        (
+            "tf_theta",
+            lambda d: d["stages"][1]["params"].update(repo="tf"),
+            "builds from unknown repository 'tf'",
+        ),
     ],
 )
 def test_bad_pipeline_entry_names_file_field_and_expectation(catalog_copy, pipeline, change, expected):

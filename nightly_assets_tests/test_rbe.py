@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import json
 import shlex
+import shutil
 import socket
 import stat
+import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from nightly_assets.catalog.models import BazelTests
+from nightly_assets.catalog.models import BazelBootstrap, BazelTests
 from nightly_assets.rbe import (
+    BazelBuildError,
     BazelConfigError,
     BazelRbeResource,
     BazelTestError,
@@ -77,7 +80,7 @@ def test_private_bazelrc_is_owner_only_and_keeps_each_option_whole(tmp_path: Pat
     assert stat.S_IMODE(rc_path.parent.stat().st_mode) == 0o700
     lines = [line for line in rc_path.read_text().splitlines() if not line.startswith("#")]
     # Bazel tokenises rc lines as a POSIX shell does.
-    assert [shlex.split(line) for line in lines] == [["test", option]]
+    assert [shlex.split(line) for line in lines] == [["build", option]]  # `bazel test` inherits it
 
 
 def test_redactor_hides_the_value_its_words_and_quoted_form() -> None:
@@ -395,3 +398,188 @@ def test_shell_metacharacters_reach_bazel_literally_and_run_nothing(
     assert f"--test_tag_filters={odd_filter}" in run.command
     assert [c.classname for c in run.report.cases] == ["//tests:pass_test"]
     assert not canary.exists()
+
+
+# -- bazel build: wheels ---------------------------------------------------------------------------
+
+WHEEL_TARGETS = ["//wheels:nightlybazel_wheel", "//wheels:house", "//wheels:not_a_wheel"]
+BUILT_WHEELS = ["nightlybazel-0.1.0-py3-none-any.whl", "nightlybazel_extra-0.2.0-py3-none-any.whl"]
+
+
+def test_build_outputs_follow_named_sets_and_find_remote_ones_under_bazel_out(tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    bin_dir = workspace / "bazel-out/k8-fastbuild/bin"
+    bin_dir.mkdir(parents=True)
+    for name in ("a.whl", "b c.whl", "d.whl"):
+        (bin_dir / name).write_text(name)
+    prefix = ["bazel-out", "k8-fastbuild", "bin"]
+    remote = {"name": "d.whl", "uri": "bytestream://rbe/blobs/abc/10", "pathPrefix": prefix}
+    a = {"name": "a.whl", "uri": f"file://{bin_dir}/a.whl", "pathPrefix": prefix}
+    events = [
+        {"id": {"namedSet": {"id": "1"}}, "namedSetOfFiles": {"files": [a]}},
+        {
+            "id": {"namedSet": {"id": "0"}},
+            "namedSetOfFiles": {
+                "files": [{"name": "b c.whl", "uri": f"file://{bin_dir}/b%20c.whl"}],
+                "fileSets": [{"id": "1"}],
+            },
+        },
+        {
+            "id": {"targetCompleted": {"label": "//w:both"}},
+            "completed": {"success": True, "outputGroup": [{"name": "default", "fileSets": [{"id": "0"}]}]},
+        },
+        {"id": {"targetCompleted": {"label": "//w:failed"}}, "completed": {"success": False}},
+        {
+            "id": {"targetCompleted": {"label": "//w:old"}},
+            "completed": {"success": True, "importantOutput": [remote]},
+        },
+    ]
+    bep = tmp_path / "bep.json"
+    bep.write_text("\n".join(json.dumps(e) for e in events) + "\n")
+    assert bz.read_build_outputs(bep, workspace) == {
+        "//w:both": [bin_dir / "a.whl", bin_dir / "b c.whl"],
+        "//w:old": [bin_dir / "d.whl"],  # a remote cache's bytestream:// output, downloaded
+    }
+    (bin_dir / "d.whl").unlink()  # --remote_download_minimal: it never reached this machine
+    with pytest.raises(
+        ValueError, match=r"//w:old: output 'd.whl' \(bytestream://rbe/blobs/abc/10\) is not on this"
+    ):
+        bz.read_build_outputs(bep, workspace)
+
+
+@pytest.mark.bazel
+def test_build_copies_the_wheels_of_the_built_targets_only(
+    bazel_peer: BazelPeer, make_bazel_workspace: MakeWorkspace, tmp_path: Path
+) -> None:
+    workspace = make_bazel_workspace()
+    resource = bazel_peer.resource()
+    dest = tmp_path / "dist"
+    (dest).mkdir()
+    run = resource.build(workspace, WHEEL_TARGETS, out_dir=tmp_path / "out", dest=dest)
+
+    assert (run.mode, run.exit_code, run.fallback_reason) == ("local", bz.EXIT_PASSED, None)
+    assert [p.name for p in run.outputs] == BUILT_WHEELS and all(p.parent == dest for p in run.outputs)
+    assert sorted(p.name for p in dest.iterdir()) == BUILT_WHEELS  # notes.txt is not a wheel
+    assert dict(run.by_target) == {
+        "//wheels:nightlybazel_wheel": (BUILT_WHEELS[0],),
+        "//wheels:house": (BUILT_WHEELS[1],),  # the wheel inside a declared output folder
+    }
+    with zipfile.ZipFile(run.outputs[0]) as wheel:
+        assert "def answer()" in wheel.read("nightlybazel/__init__.py").decode()
+    assert run.command[run.command.index("--") + 1 :] == tuple(WHEEL_TARGETS)
+    assert (
+        run.log_path.name == "bazel-build.log" and "Build completed successfully" in run.log_path.read_text()
+    )
+    assert run.metadata()["outputs"] == 2 and run.metadata()["bazel_mode"] == "local"
+
+    # Only this run's targets count: bazel-bin still holds both wheels from the first build.
+    again = resource.build(workspace, ["//wheels:house"], out_dir=tmp_path / "out", dest=tmp_path / "dist2")
+    assert [p.name for p in again.outputs] == [BUILT_WHEELS[1]]
+
+
+@pytest.mark.bazel
+def test_a_failed_build_or_one_without_wheels_is_named(
+    bazel_peer: BazelPeer, make_bazel_workspace: MakeWorkspace, tmp_path: Path
+) -> None:
+    workspace = make_bazel_workspace()
+    resource = bazel_peer.resource()
+    with pytest.raises(BazelBuildError, match=r"bazel build .* exited 1 \(build failed\)") as raised:
+        resource.build(workspace, ["//wheels:broken_wheel"], out_dir=tmp_path / "o1", dest=tmp_path / "d1")
+    assert "//wheels:broken_wheel" in str(raised.value) and "broken_wheel: cannot build" in str(raised.value)
+    with pytest.raises(BazelBuildError, match=r"no output matching '\*\.whl' \(outputs: notes\.txt\)"):
+        resource.build(workspace, ["//wheels:not_a_wheel"], out_dir=tmp_path / "o2", dest=tmp_path / "d2")
+    assert not (tmp_path / "d2").exists()
+    with pytest.raises(BazelConfigError, match=r"args: 'opt' is not a Bazel option"):
+        resource.build(
+            workspace, ["//wheels:house"], out_dir=tmp_path / "o3", dest=tmp_path / "d3", options=["opt"]
+        )
+
+
+@pytest.mark.bazel
+def test_a_fresh_build_is_served_from_the_remote_cache_and_falls_back_when_it_is_down(
+    bazel_peer: BazelPeer,
+    buildgrid: BuildGrid,
+    make_bazel_workspace: MakeWorkspace,
+    tmp_path: Path,
+    closed_port: int,
+) -> None:
+    remote = RemoteSettings(cache=buildgrid.url, instance_name=buildgrid.instance_name)
+    resource = bazel_peer.resource(remote=remote)
+    targets = ["//wheels:nightlybazel_wheel", "//wheels:house"]
+
+    first = resource.build(make_bazel_workspace(), targets, out_dir=tmp_path / "o1", dest=tmp_path / "d1")
+    second = resource.build(make_bazel_workspace(), targets, out_dir=tmp_path / "o2", dest=tmp_path / "d2")
+
+    assert (first.mode, second.mode) == ("remote", "remote")
+    assert second.remote_cache_hits >= 2, second.process_counts
+    assert [p.read_bytes() for p in first.outputs] == [p.read_bytes() for p in second.outputs]
+
+    down = f"grpc://127.0.0.1:{closed_port}"
+    resource = bazel_peer.resource(remote=RemoteSettings(cache=down, probe_timeout_s=1))
+    fallback = resource.build(make_bazel_workspace(), targets, out_dir=tmp_path / "o3", dest=tmp_path / "d3")
+    assert fallback.mode == "local-fallback" and f"{down} does not answer" in (fallback.fallback_reason or "")
+    assert not any(arg.startswith("--remote") for arg in fallback.command)
+    local = resource.build(
+        make_bazel_workspace(), targets, out_dir=tmp_path / "o4", dest=tmp_path / "d4", use_remote=False
+    )
+    assert (local.mode, local.fallback_reason) == ("local", None)  # not even probed
+
+
+def _bazel_source(tmp_path: Path, script: str) -> Path:
+    """A source tree whose compile.sh 'bootstraps' Bazel: it leaves output/bazel, a client that
+    hands over to the installed Bazel (building the real one takes an hour)."""
+    source = tmp_path / "bazel-src"
+    source.mkdir()
+    (source / "compile.sh").write_text(script)
+    return source
+
+
+BOOTSTRAP = BazelBootstrap(
+    repo="bazel", command=["bash", "./compile.sh"], binary="output/bazel", env={"X": "1 2"}
+)
+
+
+@pytest.mark.bazel
+def test_bazel_bootstrapped_from_source_builds_and_is_kept_per_commit(
+    bazel_peer: BazelPeer, make_bazel_workspace: MakeWorkspace, tmp_path: Path
+) -> None:
+    source = _bazel_source(
+        tmp_path,
+        'set -eu\nmkdir -p output\necho "bootstrapping with X=$X"\n'
+        f"printf '#!/bin/sh\\nexec {bazel_peer.binary} \"$@\"\\n' > output/bazel\nchmod +x output/bazel\n",
+    )
+    resource = bazel_peer.resource()
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    shutil.rmtree(
+        bazel_peer.output_user_root / "bootstrapped" / commit, ignore_errors=True
+    )  # an earlier session's
+
+    binary = resource.bootstrap(source, commit, BOOTSTRAP, log_path=tmp_path / "bootstrap.log")
+
+    assert binary == bazel_peer.output_user_root / "bootstrapped" / commit / "bazel"
+    assert "bootstrapping with X=1 2" in (tmp_path / "bootstrap.log").read_text()
+    run = resource.build(
+        make_bazel_workspace(), ["//wheels:nightlybazel_wheel"], out_dir=tmp_path / "o", dest=tmp_path / "d",
+        bazel=str(binary),
+    )  # fmt: skip
+    assert run.command[0] == str(binary) and run.bazel_binary == str(binary)
+    assert [p.name for p in run.outputs] == [BUILT_WHEELS[0]]
+
+    (source / "compile.sh").write_text("exit 1\n")  # the same commit is not bootstrapped again
+    assert resource.bootstrap(source, commit, BOOTSTRAP, log_path=tmp_path / "again.log") == binary
+    assert "reused" in (tmp_path / "again.log").read_text()
+
+
+def test_a_failed_bootstrap_is_named(tmp_path: Path) -> None:
+    resource = BazelRbeResource(output_user_root=str(tmp_path / "root"))
+    source = _bazel_source(tmp_path, "echo 'ERROR: no JDK found' >&2\nexit 3\n")
+    with pytest.raises(
+        BazelBuildError, match=r"bootstrap of Bazel from bazel \(bash ./compile.sh\) exited 3"
+    ):
+        resource.bootstrap(source, "abc1234", BOOTSTRAP, log_path=tmp_path / "b.log")
+    (source / "compile.sh").write_text("echo done\n")
+    with pytest.raises(BazelBuildError, match=r"left no executable output/bazel"):
+        resource.bootstrap(source, "abc1234", BOOTSTRAP, log_path=tmp_path / "b.log")
+    with pytest.raises(BazelBuildError, match=r"commit 'main; rm -rf /' is not a git SHA"):
+        resource.bootstrap(source, "main; rm -rf /", BOOTSTRAP, log_path=tmp_path / "b.log")
+    assert not (tmp_path / "root" / "bootstrapped").exists()

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import getpass
-import os
 import shutil
-import subprocess
 import sysconfig
 import venv
 from pathlib import Path
@@ -23,6 +21,7 @@ from nightly_assets.definitions import build_definitions
 from nightly_assets.night import NightOutcome, run_night
 from nightly_assets.resources import resources_for
 from nightly_assets.results import NightKey
+from nightly_assets_tests.git_repo import commit_folder
 from nightly_assets_tests.peers.sshd import Sshd
 from nightly_assets_tests.peers.tpu_api import FakeTpuApi
 
@@ -64,20 +63,6 @@ def test_cpu_only_is_deselected():
 """
 
 
-def _git(repo: Path, *argv: str) -> str:
-    env = {
-        **os.environ,
-        "GIT_AUTHOR_DATE": "2026-11-02T10:00:00Z",
-        "GIT_COMMITTER_DATE": "2026-11-02T10:00:00Z",
-    }
-    env |= {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com"}
-    env |= {"GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com"}
-    done = subprocess.run(
-        ["git", "-C", str(repo), *argv], check=True, env=env, capture_output=True, text=True
-    )
-    return done.stdout.strip()
-
-
 def make_sglang_repo(root: Path, sleep_s: float = 0.0, expected: int = 4) -> tuple[Path, str]:
     """A tiny package with seed 003's test layout, committed on `main`; (path, sha)."""
     (root / "test" / "srt").mkdir(parents=True)
@@ -89,10 +74,7 @@ def make_sglang_repo(root: Path, sleep_s: float = 0.0, expected: int = 4) -> tup
         'def pytest_configure(config):\n    config.addinivalue_line("markers", "tpu: on a TPU")\n'
     )
     (root / "test" / "srt" / "test_score_api.py").write_text(SUITE.format(sleep_s=sleep_s, expected=expected))
-    _git(root, "init", "-q", "-b", "main")
-    _git(root, "add", "-A")
-    _git(root, "commit", "-q", "-m", "score api")
-    return root, _git(root, "rev-parse", "HEAD")
+    return root, commit_folder(root, "score api")
 
 
 @pytest.fixture(scope="session")

@@ -40,8 +40,10 @@ def build_batch_job_asset(spec: StageSpec) -> dg.AssetsDefinition:
             # The ephemeral build root: a fresh environment with only the night's wheels.
             build_root = run.workdir / "build_root"
             python = builder.create_environment(build_root, wheels, run.workdir / "install.log")
+            # Only {python} is filled in: a command's own braces (an f-string, say) stay as they are.
             argv = [
-                str(a).format(python=python) for a in params.get("command", [python, "-c", "print('ok')"])
+                str(a).replace("{python}", str(python))
+                for a in params.get("command", [python, "-c", "print('ok')"])
             ]
             result = batch.run_job(
                 f"{spec.pipeline.name}-{spec.stage.name}",

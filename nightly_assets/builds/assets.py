@@ -12,6 +12,7 @@ from nightly_assets.builds import checks
 from nightly_assets.builds.resources import PythonBuildResource
 from nightly_assets.containers.resources import DockerRunnerPoolResource
 from nightly_assets.containers.wheels import build_wheels_in_container
+from nightly_assets.rbe.resources import BazelRbeResource
 from nightly_assets.remote.pending import StageNotAvailable, require_local_runner
 from nightly_assets.stages import StageRun, StageSpec, recorded_stage
 from nightly_assets.warehouse.resources import WarehouseResource
@@ -26,6 +27,7 @@ def build_wheels_asset(spec: StageSpec) -> dg.AssetsDefinition:
         context: dg.AssetExecutionContext,
         builder: PythonBuildResource,
         docker_pool: DockerRunnerPoolResource,
+        bazel_rbe: BazelRbeResource,
         artefacts: ArtefactStoreResource,
         warehouse: WarehouseResource,
     ) -> Iterator[dg.MaterializeResult]:
@@ -36,14 +38,11 @@ def build_wheels_asset(spec: StageSpec) -> dg.AssetsDefinition:
             out = run.workdir / "dist"
             if builder_kind == "container":
                 wheels, extra = _build_in_container(context, run, docker_pool, src, out, params)
-            elif builder_kind == "pip":
+            elif builder_kind == "bazel":
+                wheels, extra = _build_with_bazel(context, run, spec, artefacts, bazel_rbe, src, out)
+            else:
                 require_local_runner(spec, run)
                 wheels = builder.build_wheels(src, out, run.workdir / "build.log")
-            else:
-                raise StageNotAvailable(
-                    f"{spec.key.to_user_string()}: builder '{builder_kind}' "
-                    "needs the Bazel/RBE builder (issue #4)"
-                )
             sdists = builder.build_sdist(src, out, run.workdir / "sdist.log") if params.get("sdist") else []
             files = [*wheels, *sdists]
             run.manifest["wheels"] = [str(w) for w in wheels]
@@ -128,6 +127,60 @@ def _build_in_container(
         "platform": platform,
         "duration_s": round(built.duration_s, 2),
     }
+
+
+def _build_with_bazel(
+    context: dg.AssetExecutionContext,
+    run: StageRun,
+    spec: StageSpec,
+    artefacts: ArtefactStoreResource,
+    bazel_rbe: BazelRbeResource,
+    src: Path,
+    out: Path,
+) -> tuple[list[Path], dict[str, Any]]:
+    """Wheels from `bazel build` of the catalog's targets: through remote execution on an `rbe`
+    runner (a local build when it does not answer), on this host for a local or batch runner (the
+    batch machine's login node builds; its compute nodes run jobs)."""
+    kind = run.runner.kind if run.runner is not None else "local"
+    if kind not in ("rbe", "local", "batch"):
+        raise StageNotAvailable(
+            f"{spec.key.to_user_string()}: the Bazel builder runs through RBE or on this host, "
+            f"not on '{run.runner_name}' ({kind})"
+        )
+    build = spec.stage.bazel_build()
+    bazel: str | None = None
+    if build.bootstrap is not None:
+        pinned = spec.pinned_repo(artefacts, run.key, build.bootstrap.repo)
+        context.log.info(f"bootstrapping Bazel from {build.bootstrap.repo} at {pinned['sha'][:12]}")
+        bootstrapped = bazel_rbe.bootstrap(
+            Path(pinned["path"]), pinned["sha"], build.bootstrap, log_path=run.workdir / "bootstrap.log"
+        )
+        bazel = str(bootstrapped)
+    context.log.info(f"bazel build {' '.join(build.targets)} ({'remote' if kind == 'rbe' else 'local'})")
+    result = bazel_rbe.build(
+        src / build.workspace,
+        build.targets,
+        out_dir=run.workdir / "bazel",
+        dest=out,
+        outputs=build.outputs,
+        options=build.args,
+        use_remote=kind == "rbe",
+        bazel=bazel,
+        timeout_s=build.timeout_minutes * 60,
+    )
+    if result.fallback_reason:
+        context.log.warning(f"remote build unavailable, built locally: {result.fallback_reason}")
+    extra = {
+        "mode": result.mode,
+        "fallback_reason": result.fallback_reason or "",
+        "remote_cache_hits": result.remote_cache_hits,
+        "processes": result.process_counts.get("total", 0),
+        "duration_s": round(result.wall_time_s, 2),
+        "bazel": result.bazel_binary,
+        "command": result.command_line,
+        "targets": {label: list(names) for label, names in result.by_target.items()},
+    }
+    return [f for f in result.outputs if f.suffix == ".whl"], extra
 
 
 def _sha256(path: Path) -> str:

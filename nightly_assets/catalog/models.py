@@ -3,9 +3,18 @@
 from __future__ import annotations
 
 import datetime as dt
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    model_validator,
+)
 
 Identifier = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]*$", max_length=48)]
 TargetName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9._-]*$", max_length=48)]
@@ -75,6 +84,41 @@ class BazelTests(StrictModel):
     flaky_test_attempts: int = Field(default=1, ge=1)
 
 
+def _inside(value: str) -> str:
+    """A path inside a checkout: relative, no `..` (it lands in a build's working directory)."""
+    parts = Path(value).parts
+    if value.startswith("/") or ".." in parts:
+        raise ValueError(f"{value!r}: expected a path inside the checkout (relative, no '..')")
+    return value
+
+
+InsidePath = Annotated[str, AfterValidator(_inside)]
+
+
+class BazelBootstrap(StrictModel):
+    """Bazel built first from a pinned repository with its own bootstrap (seed 004), once per commit."""
+
+    repo: Identifier
+    command: list[str] = Field(min_length=1)  # argv run in the checkout, e.g. [bash, ./compile.sh]
+    binary: InsidePath = Field(min_length=1)  # where it leaves Bazel, e.g. output/bazel
+    env: dict[str, str] = Field(default_factory=dict)  # e.g. EXTRA_BAZEL_ARGS
+    timeout_minutes: int = Field(default=120, gt=0)
+
+
+class BazelBuild(StrictModel):
+    """A wheels stage's `bazel build`: the targets whose outputs matching `outputs` are the wheels."""
+
+    targets: list[str] = Field(min_length=1)
+    workspace: InsidePath = ""  # the Bazel workspace's folder inside the checkout
+    args: list[str] = Field(default_factory=list)  # options, e.g. --config=rocm
+    outputs: str = Field(default="*.whl", min_length=1)  # a glob over the output file names
+    timeout_minutes: int = Field(default=240, gt=0)
+    bootstrap: BazelBootstrap | None = None
+
+
+WHEEL_BUILDERS = ("pip", "container", "bazel")
+
+
 class Suite(StrictModel):
     """A test suite: pytest markers (or Bazel targets), a timeout and the runner it needs."""
 
@@ -109,6 +153,29 @@ class Stage(StrictModel):
         if self.kind != "test_suite" and self.suite is not None:
             raise ValueError(f"only 'test_suite' stages take a 'suite' block, not '{self.kind}'")
         return self
+
+    @model_validator(mode="after")
+    def _wheel_builder(self) -> Stage:
+        if self.kind == "wheels":
+            builder = self.params.get("builder", "pip")
+            if builder not in WHEEL_BUILDERS:
+                raise ValueError(
+                    f"params.builder: expected one of {', '.join(WHEEL_BUILDERS)}, got {builder!r}"
+                )
+            if (builder == "bazel") != ("bazel" in self.params):
+                raise ValueError("params.bazel: a 'bazel' block goes with builder: bazel, and only with it")
+            if builder == "bazel":
+                try:
+                    self.bazel_build()
+                except ValidationError as exc:  # name the field by its place in the stage
+                    first = exc.errors()[0]
+                    place = ".".join(str(part) for part in first["loc"])
+                    raise ValueError(f"params.bazel.{place}: {first['msg']}") from None
+        return self
+
+    def bazel_build(self) -> BazelBuild:
+        """The `params.bazel` block of a wheels stage built with Bazel."""
+        return BazelBuild.model_validate(self.params.get("bazel"))
 
     @property
     def runner_ref(self) -> RunnerRef | None:
@@ -185,6 +252,14 @@ class Pipeline(StrictModel):
             if sum(s.kind == kind for s in self.stages) != 1:
                 raise ValueError(f"a pipeline has exactly one '{kind}' stage")
         _check_acyclic(self.stages)
+        for stage in self.stages:
+            wanted = [str(stage.params["repo"])] if "repo" in stage.params else []
+            bazel_wheels = stage.kind == "wheels" and "bazel" in stage.params
+            bootstrap = stage.bazel_build().bootstrap if bazel_wheels else None
+            wanted += [bootstrap.repo] if bootstrap else []
+            for repo in wanted:
+                if repo not in repos:
+                    raise ValueError(f"stage '{stage.name}' builds from unknown repository {repo!r}")
         if self.github is not None and self.github.pr_label is not None:
             self.pr_stage()  # named and a test suite
         return self

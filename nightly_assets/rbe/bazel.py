@@ -1,5 +1,6 @@
-"""What `bazel test` (4.x) takes and gives back: the argument list, the private rc file that carries
-credentials, the remote endpoint probe, the process summary, build events and the testlogs tree."""
+"""What `bazel build` and `bazel test` (4.x) take and give back: the argument list, the private rc
+file that carries credentials, the remote endpoint probe, the process summary, build events (test
+verdicts, output files) and the testlogs tree."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ import re
 import shlex
 import shutil
 import socket
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit
+from typing import Any
+from urllib.parse import unquote, urlsplit
 
 import grpc
 
@@ -109,20 +111,21 @@ def header_flag(name: str, value: str) -> str:
     return f"--remote_header={name}={value}"
 
 
-def bazel_test_argv(
-    bazel: str, startup: Sequence[str], options: Sequence[str], targets: Sequence[str]
+def bazel_argv(
+    bazel: str, startup: Sequence[str], command: str, options: Sequence[str], targets: Sequence[str]
 ) -> list[str]:
     """`--` ends the options: a target such as `--remote_cache=x` or `-//a:b` stays a target pattern."""
-    return [bazel, *startup, "test", *options, "--", *targets]
+    return [bazel, *startup, command, *options, "--", *targets]
 
 
-def write_private_bazelrc(path: Path, test_options: Sequence[str]) -> None:
-    """Options Bazel reads for one run without them reaching any argv: mode 0600 in a 0700 folder."""
+def write_private_bazelrc(path: Path, options: Sequence[str]) -> None:
+    """Options Bazel reads for one run without them reaching any argv: mode 0600 in a 0700 folder.
+    They are `build` options, which `bazel test` inherits."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     path.parent.chmod(0o700)
-    lines = ["# written by nightly_assets for one `bazel test`, removed after it"]
+    lines = ["# written by nightly_assets for one Bazel command, removed after it"]
     # Bazel splits rc lines like a shell: quote each option so a value with spaces stays one option.
-    lines += [f"test {shlex.quote(option)}" for option in test_options]
+    lines += [f"build {shlex.quote(option)}" for option in options]
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     os.fchmod(fd, 0o600)  # O_CREAT's mode does not apply to a file left by an earlier run
     with os.fdopen(fd, "w") as rc_file:
@@ -228,18 +231,23 @@ class TargetSummary:
     attempts: int
 
 
-def read_test_summaries(bep_file: Path) -> dict[str, TargetSummary]:
-    """The `testSummary` events of a `--build_event_json_file`: the targets this run tested."""
+def _build_events(bep_file: Path) -> Iterator[dict[str, Any]]:
+    """The events of a `--build_event_json_file` (none when Bazel wrote none)."""
     if not bep_file.is_file():
-        return {}
-    summaries: dict[str, TargetSummary] = {}
+        return
     for number, line in enumerate(bep_file.read_text().splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            event = json.loads(line)
+            yield json.loads(line)
         except json.JSONDecodeError as exc:
             raise ValueError(f"{bep_file}: line {number} is not JSON ({exc.msg})") from None
+
+
+def read_test_summaries(bep_file: Path) -> dict[str, TargetSummary]:
+    """The `testSummary` events of a `--build_event_json_file`: the targets this run tested."""
+    summaries: dict[str, TargetSummary] = {}
+    for event in _build_events(bep_file):
         event_id = event.get("id", {}).get("testSummary")
         body = event.get("testSummary")
         if event_id is None or body is None:
@@ -249,6 +257,53 @@ def read_test_summaries(bep_file: Path) -> dict[str, TargetSummary]:
             label, body.get("overallStatus", "NO_STATUS"), int(body.get("totalRunCount", 0))
         )
     return summaries
+
+
+def read_build_outputs(bep_file: Path, workspace: Path) -> dict[str, list[Path]]:
+    """Each built target's default outputs (files inside an output folder included) on this machine,
+    from the `targetCompleted` events and the `namedSetOfFiles` they point to: this run's only."""
+    named_sets: dict[str, dict[str, Any]] = {}
+    completed: dict[str, dict[str, Any]] = {}
+    for event in _build_events(bep_file):
+        event_id = event.get("id", {})
+        if "namedSet" in event_id and "namedSetOfFiles" in event:
+            named_sets[event_id["namedSet"]["id"]] = event["namedSetOfFiles"]
+        elif "targetCompleted" in event_id and event.get("completed", {}).get("success"):
+            completed[event_id["targetCompleted"]["label"]] = event["completed"]
+    outputs: dict[str, list[Path]] = {}
+    for label, body in completed.items():
+        groups = [g for g in body.get("outputGroup", []) if g.get("name") == "default"]
+        files: list[dict[str, Any]] = []
+        pending = [fs["id"] for g in groups for fs in g.get("fileSets", [])]
+        seen: set[str] = set()
+        while pending:
+            set_id = pending.pop()
+            if set_id in seen or set_id not in named_sets:
+                continue
+            seen.add(set_id)
+            files += named_sets[set_id].get("files", [])
+            pending += [fs["id"] for fs in named_sets[set_id].get("fileSets", [])]
+        if not groups:  # older events: the deprecated importantOutput list
+            files = body.get("importantOutput", [])
+        outputs[label] = sorted({_local_path(label, f, workspace) for f in files})
+    return outputs
+
+
+def _local_path(label: str, file: dict[str, Any], workspace: Path) -> Path:
+    """A file:// URI is the path; with a remote cache or executor the URI is bytestream:// and the
+    downloaded copy sits under the workspace's `bazel-out` link (pathPrefix starts with it)."""
+    uri = str(file.get("uri", ""))
+    name = str(file.get("name", ""))
+    if uri.startswith("file://"):
+        path = Path(unquote(urlsplit(uri).path))
+    else:
+        path = workspace.joinpath(*file.get("pathPrefix", []), name)
+    if not path.is_file():
+        raise ValueError(
+            f"{label}: output {name!r} ({uri or 'no URI'}) is not on this machine at {path}: "
+            "expected Bazel to download it (do not build wheels with --remote_download_minimal)"
+        )
+    return path
 
 
 def label_dir(label: str) -> Path:

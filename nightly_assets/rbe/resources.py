@@ -1,40 +1,40 @@
-"""`bazel test` against remote execution / a remote cache, falling back to a local build when the
-remote endpoint does not answer (seed 000: the JAX ROCm RBE pipeline's redundancy)."""
+"""`bazel test` and `bazel build` against remote execution / a remote cache, falling back to a local
+build when the remote endpoint does not answer (seed 000: the JAX ROCm RBE pipeline's redundancy),
+and Bazel bootstrapped from a pinned source tree (seed 004)."""
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import os
+import re
 import shlex
+import shutil
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Literal
+from typing import Any
 
 import dagster as dg
 from pydantic import Field
 
-from nightly_assets.catalog.models import BazelTests
+from nightly_assets.catalog.models import BazelBootstrap, BazelTests
 from nightly_assets.process import CommandError, run_command
 from nightly_assets.rbe import bazel as bz
+from nightly_assets.rbe.runs import (
+    BazelBuildError,
+    BazelBuildRun,
+    BazelError,
+    BazelTestError,
+    BazelTestRun,
+    Mode,
+    RemoteUnavailableError,
+)
 from nightly_assets.results import TestReport
-from nightly_assets.testing.junit import parse_bazel_testlogs, report_metadata
+from nightly_assets.testing.junit import parse_bazel_testlogs
 
-Mode = Literal["remote", "local", "local-fallback"]
 WORKSPACE_FILES = ("WORKSPACE", "WORKSPACE.bazel", "MODULE.bazel")
-LOG_NAME = "bazel-test.log"
-REMOTE_LOG_NAME = "bazel-test-remote.log"  # the remote attempt's log when a fallback reran it
-
-
-class BazelTestError(RuntimeError):
-    """Bazel could not run the tests (not: some tests failed); the message has the log's tail."""
-
-    __test__ = False
-
-
-class RemoteUnavailableError(BazelTestError):
-    """The remote endpoint does not answer and falling back to a local build is switched off."""
 
 
 class TestTimeouts(dg.Config):
@@ -76,51 +76,35 @@ class RemoteSettings(dg.Config):
 
 
 @dataclass(frozen=True)
-class BazelTestRun:
-    """One `bazel test` of a suite: its report and how it ran. Holds no secret."""
-
-    __test__ = False
-
-    report: TestReport
-    exit_code: int
-    mode: Mode
-    fallback_reason: str | None
-    process_counts: Mapping[str, int]
-    wall_time_s: float
-    log_path: Path
-    command: tuple[str, ...]  # redacted; credentials never reach it (they go in a private rc file)
-    testlogs_dir: Path
-    targets: Mapping[str, bz.TargetSummary] = field(default_factory=dict)
-
-    @property
-    def remote_cache_hits(self) -> int:
-        return self.process_counts.get(bz.REMOTE_CACHE_HIT, 0)
-
-    @property
-    def command_line(self) -> str:
-        return shlex.join(self.command)
-
-    def metadata(self) -> dict[str, object]:
-        """Plain values for Dagster asset metadata: the report's counts plus how Bazel ran."""
-        return {
-            **report_metadata(self.report),
-            "bazel_mode": self.mode,
-            "bazel_exit_code": self.exit_code,
-            "fallback_reason": self.fallback_reason or "",
-            "remote_cache_hits": self.remote_cache_hits,
-            "processes": self.process_counts.get("total", 0),
-            "wall_time_s": round(self.wall_time_s, 3),
-            "log_path": str(self.log_path),
-            "command": self.command_line,
-        }
-
-
-@dataclass(frozen=True)
 class _Attempt:
+    """One Bazel process: what it printed (redacted) and its argv (redacted)."""
+
+    verb: str  # build or test
     returncode: int
     output: str
     log_path: Path
     command: tuple[str, ...]
+    started: float = 0.0  # monotonic start of the whole run, a fallback's first attempt included
+
+    def failure(self, workspace: Path) -> str:
+        meaning = bz.EXIT_MEANINGS.get(self.returncode, "error")
+        tail = "\n".join(self.output.splitlines()[-30:])
+        return (
+            f"bazel {self.verb} in {workspace} exited {self.returncode} ({meaning}): "
+            f"{bz.error_lines(self.output)}\nlog {self.log_path}; last output:\n{tail}"
+        )
+
+    def run_fields(self, mode: Mode, fallback_reason: str | None) -> dict[str, Any]:
+        """The fields every BazelRun shares."""
+        return {
+            "exit_code": self.returncode,
+            "mode": mode,
+            "fallback_reason": fallback_reason,
+            "process_counts": bz.process_counts(self.output),
+            "wall_time_s": time.monotonic() - self.started,
+            "log_path": self.log_path,
+            "command": self.command,
+        }
 
 
 class BazelRbeResource(dg.ConfigurableResource):
@@ -147,34 +131,17 @@ class BazelRbeResource(dg.ConfigurableResource):
     ) -> BazelTestRun:
         """`bazel test` the suite in `workspace`; logs, build events and testlogs go under `out_dir`.
         Exit codes 0, 3 (some tests failed) and 4 (no tests) give a result; others raise BazelTestError."""
-        workspace = _checked_workspace(workspace)
+        workspace = _checked_workspace(workspace, BazelTestError)
         targets = bz.checked_patterns("targets", tests.targets)
         filters = bz.checked_patterns("tag_filters", [tests.tag_filters]) if tests.tag_filters else []
         bz.checked_options("extra_args", self.extra_args)
-        out_dir.mkdir(parents=True, exist_ok=True)
-        started = time.monotonic()
-        mode, fallback_reason = self._choose_mode()
         bep_file = out_dir / "build_events.json"
-        bep_file.unlink(missing_ok=True)  # an earlier run's events must not name this run's targets
         options = self._test_options(filters, tests.flaky_test_attempts, bep_file)
-        attempt = self._invoke(
-            workspace, options, targets, out_dir, remote=mode == "remote", timeout_s=timeout_s
+        attempt, mode, fallback_reason = self._run(
+            "test", workspace, options, targets, out_dir, timeout_s=timeout_s, error=BazelTestError
         )
-        if attempt.returncode == bz.EXIT_REMOTE_ERROR and mode == "remote" and self.remote.fallback_to_local:
-            attempt.log_path.replace(out_dir / REMOTE_LOG_NAME)
-            mode = "local-fallback"
-            fallback_reason = (
-                f"bazel exited {bz.EXIT_REMOTE_ERROR} (remote error): {bz.error_lines(attempt.output)}"
-            )
-            left_s = max(1.0, timeout_s - (time.monotonic() - started))
-            attempt = self._invoke(workspace, options, targets, out_dir, remote=False, timeout_s=left_s)
         if attempt.returncode not in bz.REPORT_EXIT_CODES:
-            meaning = bz.EXIT_MEANINGS.get(attempt.returncode, "error")
-            tail = "\n".join(attempt.output.splitlines()[-30:])
-            raise BazelTestError(
-                f"bazel test in {workspace} exited {attempt.returncode} ({meaning}): "
-                f"{bz.error_lines(attempt.output)}\nlog {attempt.log_path}; last output:\n{tail}"
-            )
+            raise BazelTestError(attempt.failure(workspace))
         summaries = bz.read_test_summaries(bep_file)
         testlogs = bz.collect_testlogs(workspace / "bazel-testlogs", summaries, out_dir / "testlogs")
         report = (
@@ -183,21 +150,99 @@ class BazelRbeResource(dg.ConfigurableResource):
             else TestReport(suite=suite, cases=(), runner=runner)
         )
         return BazelTestRun(
+            **attempt.run_fields(mode, fallback_reason),
             report=report,
-            exit_code=attempt.returncode,
-            mode=mode,
-            fallback_reason=fallback_reason,
-            process_counts=bz.process_counts(attempt.output),
-            wall_time_s=time.monotonic() - started,
-            log_path=attempt.log_path,
-            command=attempt.command,
             testlogs_dir=testlogs,
             targets=summaries,
         )
 
+    def build(
+        self,
+        workspace: Path,
+        targets: Sequence[str],
+        *,
+        out_dir: Path,
+        dest: Path,
+        outputs: str = "*.whl",
+        options: Sequence[str] = (),
+        use_remote: bool = True,
+        bazel: str | None = None,
+        timeout_s: float = 4 * 3600,
+    ) -> BazelBuildRun:
+        """`bazel build` the targets in `workspace` and copy their outputs whose names match the glob
+        `outputs` into `dest`; logs and build events go under `out_dir`. `use_remote=False` builds
+        locally whatever the remote settings; `bazel` replaces the client (a bootstrapped one)."""
+        workspace = _checked_workspace(workspace, BazelBuildError)
+        targets = bz.checked_patterns("targets", targets)
+        options = [*bz.checked_options("args", options), *bz.checked_options("extra_args", self.extra_args)]
+        bep_file = out_dir / "build_events.json"
+        attempt, mode, fallback_reason = self._run(
+            "build",
+            workspace,
+            ["--color=no", "--curses=no", f"--build_event_json_file={bep_file}", *options],
+            targets,
+            out_dir,
+            timeout_s=timeout_s,
+            error=BazelBuildError,
+            use_remote=use_remote,
+            bazel=bazel,
+        )
+        if attempt.returncode != bz.EXIT_PASSED:
+            raise BazelBuildError(attempt.failure(workspace))
+        try:
+            built = bz.read_build_outputs(bep_file, workspace)
+        except ValueError as exc:
+            raise BazelBuildError(f"bazel build in {workspace}: {exc}") from None
+        matched = {
+            label: [f for f in files if fnmatch.fnmatch(f.name, outputs)] for label, files in built.items()
+        }
+        if not any(matched.values()):
+            seen = ", ".join(f.name for files in built.values() for f in files) or "none"
+            raise BazelBuildError(
+                f"bazel build of {', '.join(targets)} in {workspace} gave no output matching {outputs!r} "
+                f"(outputs: {seen}); log {attempt.log_path}"
+            )
+        copied = _copy_outputs([f for files in matched.values() for f in files], dest)
+        return BazelBuildRun(
+            **attempt.run_fields(mode, fallback_reason),
+            outputs=tuple(copied),
+            by_target={label: tuple(f.name for f in files) for label, files in matched.items() if files},
+            bazel_binary=bazel or self.bazel,
+        )
+
+    def bootstrap(self, source: Path, commit: str, spec: BazelBootstrap, *, log_path: Path) -> Path:
+        """Bazel built from the pinned source tree `source` (at `commit`) with the catalog's command,
+        kept under the output user root per commit: the next night at the same commit reuses it."""
+        if not re.fullmatch(r"[0-9a-f]{7,64}", commit):
+            raise BazelBuildError(f"bootstrap of {spec.repo}: commit {commit!r} is not a git SHA")
+        kept = self._cache_root() / "bootstrapped" / commit / "bazel"
+        if kept.is_file() and os.access(kept, os.X_OK):
+            log_path.write_text(f"reused {kept}, bootstrapped earlier from {spec.repo} at {commit}\n")
+            return kept
+        result = run_command(
+            spec.command,
+            cwd=source,
+            env=spec.env,
+            timeout_s=spec.timeout_minutes * 60,
+            log_path=log_path,
+            check=False,
+        )
+        built = source / spec.binary
+        if result.returncode != 0 or not built.is_file() or not os.access(built, os.X_OK):
+            why = f"exited {result.returncode}" if result.returncode else f"left no executable {spec.binary}"
+            raise BazelBuildError(
+                f"bootstrap of Bazel from {spec.repo} ({shlex.join(spec.command)}) {why}; "
+                f"log {log_path}; last output:\n{result.tail()}"
+            )
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        partial = kept.with_name(f".bazel.{os.getpid()}")
+        shutil.copy2(built.resolve(), partial)
+        partial.replace(kept)  # whole or absent, even if two runs bootstrap the same commit
+        return kept
+
     def shutdown(self, workspace: Path, *, expunge: bool = False) -> None:
         """Stop the workspace's Bazel server; `expunge` also deletes its output base."""
-        workspace = _checked_workspace(workspace)
+        workspace = _checked_workspace(workspace, BazelError)
         command = ["clean", "--expunge"] if expunge else ["shutdown"]
         rc_path = self._rc_path(workspace)
         bz.write_private_bazelrc(rc_path, [])  # the same startup options as the runs, or Bazel restarts
@@ -206,7 +251,7 @@ class BazelRbeResource(dg.ConfigurableResource):
         finally:
             rc_path.unlink(missing_ok=True)
         if result.returncode != 0:
-            raise BazelTestError(f"bazel {' '.join(command)} in {workspace} failed:\n{result.tail()}")
+            raise BazelError(f"bazel {' '.join(command)} in {workspace} failed:\n{result.tail()}")
 
     # -- internals --
 
@@ -261,6 +306,41 @@ class BazelRbeResource(dg.ConfigurableResource):
             private.append(f"--google_credentials={secrets[-1]}")
         return public, private, secrets
 
+    def _run(
+        self,
+        command: str,
+        workspace: Path,
+        options: list[str],
+        targets: list[str],
+        out_dir: Path,
+        *,
+        timeout_s: float,
+        error: type[BazelError],
+        use_remote: bool = True,
+        bazel: str | None = None,
+    ) -> tuple[_Attempt, Mode, str | None]:
+        """Run `bazel <command>` remotely when configured and answering, else locally; a remote
+        failure during the run (exit 34) reruns it locally, the remote attempt's log kept beside."""
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "build_events.json").unlink(missing_ok=True)  # an earlier run's events must not count
+        started = time.monotonic()
+        mode, fallback_reason = self._choose_mode() if use_remote else ("local", None)
+        call: dict[str, Any] = {"command": command, "bazel": bazel or self.bazel, "error": error}
+        attempt = self._invoke(
+            workspace, options, targets, out_dir, remote=mode == "remote", timeout_s=timeout_s, **call
+        )
+        if attempt.returncode == bz.EXIT_REMOTE_ERROR and mode == "remote" and self.remote.fallback_to_local:
+            attempt.log_path.replace(out_dir / f"bazel-{command}-remote.log")
+            mode = "local-fallback"
+            fallback_reason = (
+                f"bazel exited {bz.EXIT_REMOTE_ERROR} (remote error): {bz.error_lines(attempt.output)}"
+            )
+            left_s = max(1.0, timeout_s - (time.monotonic() - started))
+            attempt = self._invoke(
+                workspace, options, targets, out_dir, remote=False, timeout_s=left_s, **call
+            )
+        return replace(attempt, started=started), mode, fallback_reason
+
     def _invoke(
         self,
         workspace: Path,
@@ -268,41 +348,57 @@ class BazelRbeResource(dg.ConfigurableResource):
         targets: list[str],
         out_dir: Path,
         *,
+        command: str,
+        bazel: str,
+        error: type[BazelError],
         remote: bool,
         timeout_s: float,
     ) -> _Attempt:
         public, private, secrets = self._remote_options() if remote else ([], [], [])
         redact = bz.Redactor.of(secrets)
         rc_path = self._rc_path(workspace)
-        argv = bz.bazel_test_argv(self.bazel, self._startup(rc_path), [*options, *public], targets)
-        log_path = out_dir / LOG_NAME
+        argv = bz.bazel_argv(bazel, self._startup(rc_path), command, [*options, *public], targets)
+        log_path = out_dir / f"bazel-{command}.log"
         bz.write_private_bazelrc(rc_path, private)
         try:
             result = run_command(argv, cwd=workspace, timeout_s=timeout_s, check=False)
         except CommandError as exc:
             message = redact(str(exc))
             log_path.write_text(message + "\n")
-            raise BazelTestError(f"{message}\nlog {log_path}") from None
+            raise error(f"{message}\nlog {log_path}") from None
         finally:
             rc_path.unlink(missing_ok=True)
         output = redact(result.output)
         log_path.write_text(output)
-        return _Attempt(result.returncode, output, log_path, tuple(redact(arg) for arg in argv))
+        return _Attempt(command, result.returncode, output, log_path, tuple(redact(arg) for arg in argv))
+
+    def _cache_root(self) -> Path:
+        return Path(self.output_user_root) if self.output_user_root else Path.home() / ".cache" / "bazel"
 
     def _rc_path(self, workspace: Path) -> Path:
         # One path per workspace: --bazelrc is a startup option, and a new path would restart the server.
-        root = Path(self.output_user_root) if self.output_user_root else Path.home() / ".cache" / "bazel"
         digest = hashlib.sha256(str(workspace).encode()).hexdigest()[:16]
-        return root / "nightly-rc" / f"{digest}.bazelrc"
+        return self._cache_root() / "nightly-rc" / f"{digest}.bazelrc"
 
 
-def _checked_workspace(workspace: Path) -> Path:
+def _checked_workspace(workspace: Path, error: type[BazelError]) -> Path:
     workspace = Path(workspace).resolve()
     if not any((workspace / name).is_file() for name in WORKSPACE_FILES):
-        raise BazelTestError(
-            f"workspace {workspace}: no {' or '.join(WORKSPACE_FILES)}, expected a Bazel workspace"
-        )
+        raise error(f"workspace {workspace}: no {' or '.join(WORKSPACE_FILES)}, expected a Bazel workspace")
     return workspace
+
+
+def _copy_outputs(files: list[Path], dest: Path) -> list[Path]:
+    """Copies out of Bazel's read-only tree, which the next build replaces; one name, one file."""
+    dest.mkdir(parents=True, exist_ok=True)
+    copied: dict[str, Path] = {}
+    for source in files:
+        if source.name in copied:
+            raise BazelBuildError(f"two outputs are named {source.name}: {copied[source.name]} and {source}")
+        copied[source.name] = source
+        target = dest / source.name
+        shutil.copyfile(source, target)
+    return [dest / name for name in sorted(copied)]
 
 
 def _read_certificate(path: str) -> bytes:

@@ -15,14 +15,13 @@ PENDING_KINDS = {
     "image_pull": "container images (issue #3)",
     "promote_images": "container registries (issue #3)",
 }
-PENDING_RUNNERS = {
-    "rbe": "the Bazel RBE resource (issue #4)",
-    "batch": "a build on the batch machine (Bazel from source, issue #4)",
+# What each kind of remote runner takes; any other stage kind placed there is refused.
+RUNNER_TAKES = {
+    "rbe": "Bazel builds (wheels with builder: bazel) and Bazel test suites",
+    "batch": "batch jobs, deploys, benchmark sweeps and Bazel builds on its login node",
+    "tpu_vm": "test suites",
+    "docker": "test suites and benchmarks inside the night's image, and container wheel builds",
 }
-
-
-# Docker runners run stages inside the night's image; a stage kind that does not is refused.
-_IN_IMAGE = "an image to run in (only test suites and benchmarks run inside the night's image)"
 
 
 class StageNotAvailable(RuntimeError):
@@ -32,8 +31,8 @@ class StageNotAvailable(RuntimeError):
 def require_local_runner(spec: StageSpec, run: StageRun) -> None:
     if run.runner is not None and run.runner.kind != "local":
         raise StageNotAvailable(
-            f"{spec.key.to_user_string()} runs on '{run.runner_name}' ({run.runner.kind}); "
-            f"that needs {PENDING_RUNNERS.get(run.runner.kind, _IN_IMAGE)}, not available in this deployment"
+            f"{spec.key.to_user_string()} runs on '{run.runner_name}' ({run.runner.kind}), which takes "
+            f"{RUNNER_TAKES.get(run.runner.kind, 'no such stage')}; run this stage on a local runner"
         )
 
 

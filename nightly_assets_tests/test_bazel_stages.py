@@ -1,0 +1,251 @@
+"""Bazel stages inside whole nights, on a pinned checkout of the tests' Bazel workspace: seed 000's
+shape (wheels through RBE with a real BuildGrid remote cache, installed into a fresh environment;
+the Bazel suite with the catalog's tag filters and flaky attempts, its report in the warehouse) and
+seed 004's (Bazel bootstrapped from a pinned source tree, the sanity job imports its wheel on the
+batch scheduler, the build is deployed)."""
+
+import datetime as dt
+import json
+import shutil
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from nightly_assets.catalog.loader import catalog_dir, load_catalog
+from nightly_assets.definitions import build_definitions
+from nightly_assets.night import run_night
+from nightly_assets.resources import resources_for
+from nightly_assets.results import NightKey
+from nightly_assets_tests.git_repo import commit_folder
+from nightly_assets_tests.peers.bazel import BazelPeer
+from nightly_assets_tests.peers.buildgrid import BuildGrid
+
+pytestmark = [pytest.mark.bazel]
+
+RBE_PIPELINE = """
+name: rbe_wheels
+title: Wheels through RBE
+seed: "000"
+description: The test workspace's wheels built through the RBE resource, installed and tested.
+cron: "0 2 * * *"
+start_date: 2026-11-01
+repositories:
+  - {{name: workspace, url: "{workspace}", branch: main}}
+targets:
+  - {{name: rocm-mi300, arch: amd64, devices: 8}}
+stages:
+  - {{name: sources, kind: sources, description: The pinned workspace.}}
+  - name: wheels
+    kind: wheels
+    deps: [sources]
+    runner: rbe-rocm
+    description: The wheels from Bazel.
+    params:
+      builder: bazel
+      bazel: {{targets: {targets}, args: ["--compilation_mode=fastbuild"]}}
+  - {{name: environment, kind: environment, deps: [wheels], description: The wheels installed.}}
+  - name: tests_multigpu
+    kind: test_suite
+    deps: [environment]
+    description: The Bazel suite.
+    suite:
+      timeout_minutes: 30
+      runner: rbe-rocm
+      bazel:
+        targets: ["//tests/..."]
+        tag_filters: "gpu,cpu,-tpu,-config-cuda-only"
+        flaky_test_attempts: 3
+  - {{name: night_summary, kind: night_summary, deps: [tests_multigpu], description: Summary.}}
+"""
+
+THETA_PIPELINE = """
+name: theta_bazel
+title: Theta with Bazel from source
+seed: "004"
+description: Bazel bootstrapped, the wheel built with it, a sanity job and the deploy.
+cron: "0 5 * * *"
+start_date: 2026-11-01
+repositories:
+  - {{name: tensorflow, url: "{workspace}", branch: main}}
+  - {{name: bazel, url: "{bazel_source}", branch: main}}
+targets:
+  - {{name: theta-knl, arch: amd64, params: {{queue: debug-cache-quad}}}}
+stages:
+  - {{name: sources, kind: sources, description: Both pinned.}}
+  - name: wheels
+    kind: wheels
+    deps: [sources]
+    runner: theta-cobalt
+    description: Bazel from source, then the wheel.
+    params:
+      builder: bazel
+      repo: tensorflow
+      bazel:
+        targets: ["//wheels:nightlybazel_wheel"]
+        bootstrap: {{repo: bazel, command: [bash, ./compile.sh], binary: output/bazel}}
+  - name: sanity_job
+    kind: batch_job
+    deps: [wheels]
+    runner: theta-cobalt
+    description: Imports the wheel in a job.
+    params:
+      nodes: 1
+      walltime_minutes: 2
+      expect_output: "answer 42, session ok"
+      command: ["{{python}}", "-c", "import nightlybazel as n; print(f'answer {{n.answer()}}, session ok')"]
+  - {{name: deploy, kind: deploy, deps: [sanity_job], runner: theta-cobalt, description: Released.}}
+  - {{name: night_summary, kind: night_summary, deps: [deploy], description: Summary.}}
+"""
+
+# Bazel's own bootstrap takes an hour; this tree's compile.sh leaves a client that hands over to
+# the installed Bazel, which is enough to show the stage builds with what the bootstrap left.
+COMPILE_SH = """set -eu
+echo "Building Bazel from scratch"
+mkdir -p output
+printf '#!/bin/sh\\nexec %s "$@"\\n' "$(command -v bazel)" > output/bazel
+chmod +x output/bazel
+echo "Build successful! Binary is here: output/bazel"
+"""
+
+Night = Callable[[str, str, str], tuple[NightKey, dict]]
+
+
+@pytest.fixture
+def night(
+    nightly_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bazel_peer: BazelPeer
+) -> Iterator[Night]:
+    """Runs one night of a pipeline text; every checkout's Bazel server is expunged at the end."""
+    catalog = tmp_path / "catalog"
+    shutil.copytree(catalog_dir(), catalog)
+    monkeypatch.setenv("NIGHTLY_BAZEL_OUTPUT_ROOT", str(bazel_peer.output_user_root))
+    (tmp_path / "dagster_home").mkdir()
+    resources = resources_for("local", nightly_home)
+    checkouts: list[Path] = []
+    with dg.instance_for_test(temp_dir=str(tmp_path / "dagster_home")) as instance:
+
+        def run(text: str, pipeline: str, date: str) -> tuple[NightKey, dict]:
+            (catalog / "pipelines" / f"{pipeline}.yaml").write_text(text)
+            parsed = load_catalog(catalog)
+            key = NightKey(pipeline, dt.date.fromisoformat(date), parsed.pipelines[pipeline].targets[0].name)
+            run_night(build_definitions(catalog), instance, parsed, key, resources["notifier"])
+            checkouts.extend(
+                p.parent for p in (_artefacts(nightly_home, key) / "sources").glob("*/WORKSPACE")
+            )
+            return key, {s.stage: s for s in resources["warehouse"].store().stages(key)}
+
+        yield run
+    for checkout in checkouts:
+        resources["bazel_rbe"].shutdown(checkout, expunge=True)
+
+
+def _artefacts(home: Path, key: NightKey) -> Path:
+    return home / "artefacts" / key.pipeline / key.night.isoformat() / key.target
+
+
+def _manifest(home: Path, key: NightKey, stage: str) -> dict:
+    return json.loads((_artefacts(home, key) / stage / "manifest.json").read_text())
+
+
+def _workspace_repo(tmp_path: Path, bazel_peer: BazelPeer) -> Path:
+    """The tests' Bazel workspace as an upstream repository (with the offline stand-ins' rc)."""
+    repo = tmp_path / "upstream-workspace"
+    shutil.copytree(Path(__file__).parent / "data" / "bazel_workspace", repo)
+    for script in (repo / "tests").glob("*.sh"):
+        script.chmod(0o755)
+    (repo / ".bazelrc").write_text(bazel_peer.bazelrc())
+    commit_folder(repo, "workspace")
+    return repo
+
+
+def test_wheels_built_through_rbe_install_and_a_second_night_is_served_from_the_cache(
+    night: Night,
+    nightly_home: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    bazel_peer: BazelPeer,
+    buildgrid: BuildGrid,
+) -> None:
+    monkeypatch.setenv("NIGHTLY_RBE_CACHE", buildgrid.url)
+    monkeypatch.setenv("NIGHTLY_RBE_INSTANCE", buildgrid.instance_name)
+    text = RBE_PIPELINE.format(
+        workspace=_workspace_repo(tmp_path, bazel_peer),
+        targets='["//wheels:nightlybazel_wheel", "//wheels:house"]',
+    )
+
+    key, stages = night(text, "rbe_wheels", "2026-11-03")
+
+    assert {n: s.status for n, s in stages.items() if n != "night_summary"} == {
+        **dict.fromkeys(["sources", "wheels", "environment"], "success"),
+        "tests_multigpu": "failure",  # fail_test fails: the stage fails, the bookkeeping does not
+    }, {n: s.detail for n, s in stages.items()}
+    wheels = _manifest(nightly_home, key, "wheels")
+    assert [Path(w).name for w in wheels["wheels"]] == [
+        "nightlybazel-0.1.0-py3-none-any.whl",
+        "nightlybazel_extra-0.2.0-py3-none-any.whl",
+    ]
+    assert wheels["builder"]["kind"] == "bazel" and wheels["builder"]["mode"] == "remote"
+    assert "--compilation_mode=fastbuild" in wheels["builder"]["command"]
+    python = _manifest(nightly_home, key, "environment")["python"]
+    imported = subprocess.run(
+        [python, "-c", "import nightlybazel, nightlybazel_extra; print(nightlybazel.answer())"],
+        capture_output=True,
+        text=True,
+    )
+    assert imported.stdout.strip() == "42", imported.stderr
+
+    store = resources_for("local", nightly_home)["warehouse"].store()
+    counts = store.suite_counts(key)["tests_multigpu"]
+    # pass + flaky (passes: no marker dir here), fail_test fails; tpu, cuda-only, untagged filtered out.
+    assert counts["passed"] == 2 and counts["failed"] + counts["error"] == 1, counts
+    assert [c.name for c in store.failed_cases(key, "tests_multigpu")] == ["tests/fail_test"]
+    assert _manifest(nightly_home, key, "tests_multigpu")["bazel_mode"] == "remote"
+
+    # The next night checks out into a new folder, so a fresh output base: the cache serves it.
+    key, stages = night(text, "rbe_wheels", "2026-11-04")
+    assert stages["wheels"].status == "success"
+    assert _manifest(nightly_home, key, "wheels")["builder"]["remote_cache_hits"] >= 2
+
+
+def test_a_failing_bazel_build_fails_the_wheels_stage_with_bazels_error(
+    night: Night, tmp_path: Path, bazel_peer: BazelPeer
+) -> None:
+    text = RBE_PIPELINE.format(
+        workspace=_workspace_repo(tmp_path, bazel_peer), targets='["//wheels:broken_wheel"]'
+    )
+    _, stages = night(text, "rbe_wheels", "2026-11-03")
+    assert stages["wheels"].status == "failure"
+    assert "exited 1 (build failed)" in (stages["wheels"].detail or "")
+    assert "//wheels:broken_wheel" in (stages["wheels"].detail or "")
+    assert all(stages[s].status != "success" for s in ("environment", "tests_multigpu") if s in stages)
+
+
+def test_theta_bootstraps_bazel_from_source_and_its_wheel_passes_the_sanity_job(
+    night: Night, nightly_home: Path, tmp_path: Path, bazel_peer: BazelPeer
+) -> None:
+    bazel_source = tmp_path / "upstream-bazel"
+    bazel_source.mkdir()
+    (bazel_source / "compile.sh").write_text(COMPILE_SH)
+    bazel_sha = commit_folder(bazel_source, "bazel")
+    text = THETA_PIPELINE.format(workspace=_workspace_repo(tmp_path, bazel_peer), bazel_source=bazel_source)
+    bootstrapped = bazel_peer.output_user_root / "bootstrapped" / bazel_sha / "bazel"
+    shutil.rmtree(bootstrapped.parent, ignore_errors=True)  # kept from an earlier session (same SHA)
+
+    key, stages = night(text, "theta_bazel", "2026-11-03")
+
+    assert all(s.status == "success" for s in stages.values()), {n: s.detail for n, s in stages.items()}
+    builder = _manifest(nightly_home, key, "wheels")["builder"]
+    assert builder["bazel"] == str(bootstrapped) and builder["mode"] == "local"
+    assert builder["command"].startswith(str(bootstrapped))
+    assert "Build successful" in (_artefacts(nightly_home, key) / "wheels" / "bootstrap.log").read_text()
+    sanity = _manifest(nightly_home, key, "sanity_job")
+    assert "answer 42, session ok" in Path(sanity["stdout"]).read_text()
+    release = nightly_home / "releases/theta_bazel/theta-knl"
+    assert (release / "current").resolve() == (release / "2026-11-03").resolve()
+
+    # The next night, at the same Bazel commit, builds with the Bazel bootstrapped before.
+    key, stages = night(text, "theta_bazel", "2026-11-04")
+    assert stages["sanity_job"].status == "success"
+    assert "reused" in (_artefacts(nightly_home, key) / "wheels" / "bootstrap.log").read_text()
