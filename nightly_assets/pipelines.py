@@ -17,7 +17,7 @@ from nightly_assets.batch.assets import (
 from nightly_assets.benchmarks.assets import build_benchmarks_asset, build_perf_baseline_asset
 from nightly_assets.builds.assets import build_environment_asset, build_wheels_asset
 from nightly_assets.catalog.models import Catalog, Pipeline
-from nightly_assets.containers.assets import build_docker_image_asset
+from nightly_assets.containers.assets import build_docker_image_asset, build_image_pull_asset
 from nightly_assets.partitions import partition_key, pipeline_partitions
 from nightly_assets.release.assets import build_publish_wheels_asset
 from nightly_assets.remote.pending import PENDING_KINDS, build_pending_asset
@@ -42,6 +42,7 @@ BUILDERS: dict[str, AssetBuilder] = {
     "night_summary": build_night_summary_asset,
     "publish_wheels": build_publish_wheels_asset,
     "docker_image": build_docker_image_asset,
+    "image_pull": build_image_pull_asset,
     "batch_job": build_batch_job_asset,
     "deploy": build_deploy_asset,
     "benchmark_sweep": build_benchmark_sweep_asset,

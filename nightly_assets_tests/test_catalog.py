@@ -123,6 +123,11 @@ def test_builtin_catalog_has_the_seed_values():
             "stage 'wheels' builds from unknown repository 'bazelisk'",
         ),
         (
+            "jax_rocm_rbe",
+            lambda d: d["stages"][1].update(params={}),
+            "params.image: an image_pull stage names its image",
+        ),
+        (
             "tf_theta",
             lambda d: d["stages"][1]["params"].update(repo="tf"),
             "builds from unknown repository 'tf'",

@@ -373,3 +373,68 @@ def _straight_to(registry) -> OciRegistry:
     return OciRegistry(
         registry.name, registry.url, registry.username, registry.password, verify=str(registry.ca_cert)
     )
+
+
+# Seed 000's first stage: the pre-built build image pulled onto the GPU host, pinned by digest.
+PULL_PIPELINE = """
+name: pulled
+title: Image pull test pipeline
+seed: "000"
+description: A pre-built image pulled from the ECR role's registry.
+cron: "0 2 * * *"
+start_date: 2026-11-01
+repositories:
+  - {{name: nightlysample, url: "sample:nightlysample", branch: main}}
+targets:
+  - {{name: rocm-mi300, arch: amd64}}
+stages:
+  - {{name: sources, kind: sources, description: Pinned sample.}}
+  - name: build_image
+    kind: image_pull
+    deps: [sources]
+    runner: rocm-mi300-8gpu
+    description: The pre-built image.
+    params: {{image: "{image}"}}
+  - {{name: night_summary, kind: night_summary, deps: [build_image], description: Summary.}}
+"""
+
+
+def test_an_image_pull_stage_pulls_with_the_registrys_credentials_and_pins_the_digest(
+    image_nights, registries, base_image
+):
+    client = image_nights.resources["docker_pool"].client("rocm-mi300-8gpu")
+    reference = registries.ecr.repository(f"{image_nights.namespace}rocm/tensorflow-build:latest")
+    client.images.get(base_image).tag(reference)
+    client.images.push(reference, auth_config=registries.ecr.auth_config)
+    client.images.remove(reference)  # the host lacks it: the stage must pull it, logged in
+
+    def night(image: str, date: str) -> dict:
+        (image_nights.catalog_path / "pipelines" / "pulled.yaml").write_text(
+            PULL_PIPELINE.format(image=image)
+        )
+        catalog = load_catalog(image_nights.catalog_path)
+        key = NightKey("pulled", dt.date.fromisoformat(date), "rocm-mi300")
+        run_night(
+            build_definitions(image_nights.catalog_path),
+            image_nights.instance,
+            catalog,
+            key,
+            image_nights.resources["notifier"],
+        )
+        return {s.stage: s for s in image_nights.store.stages(key)}
+
+    stages = night(reference, "2026-11-03")
+
+    assert stages["build_image"].status == "success", stages["build_image"].detail
+    manifest = json.loads(
+        (image_nights.home / "artefacts/pulled/2026-11-03/rocm-mi300/build_image/manifest.json").read_text()
+    )
+    repository = reference.rsplit(":", 1)[0]
+    assert manifest["repo_digest"].startswith(f"{repository}@sha256:") and manifest["registry_role"] == "ecr"
+    assert client.images.get(reference).id == manifest["image_id"]
+    assert stages["build_image"].artefact == manifest["repo_digest"]
+
+    missing = night(f"{repository}:no-such-tag", "2026-11-04")["build_image"]
+    assert missing.status == "failure"
+    assert f"pull of {repository}:no-such-tag failed" in (missing.detail or "")
+    client.close()

@@ -155,7 +155,11 @@ class Stage(StrictModel):
         return self
 
     @model_validator(mode="after")
-    def _wheel_builder(self) -> Stage:
+    def _params_of_kind(self) -> Stage:
+        if self.kind == "image_pull" and not str(self.params.get("image", "")).strip():
+            raise ValueError(
+                "params.image: an image_pull stage names its image, e.g. rocm/tensorflow-build:latest"
+            )
         if self.kind == "wheels":
             builder = self.params.get("builder", "pip")
             if builder not in WHEEL_BUILDERS:

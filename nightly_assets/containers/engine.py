@@ -175,3 +175,65 @@ def pull_image(client: docker.DockerClient, reference: str, auth: dict[str, str]
             return False
         raise
     return True
+
+
+class ImagePullError(RuntimeError):
+    """The engine could not pull the image: not in its registry, refused, or still failing after retries."""
+
+
+@dataclass(frozen=True)
+class PulledImage:
+    reference: str
+    image_id: str
+    repo_digest: str  # repo@sha256:...: what later stages can pin
+    architecture: str
+    size_bytes: int
+    attempts: int
+
+
+def reference_registry(reference: str) -> str | None:
+    """The registry `host[:port]` an image reference names, None for Docker Hub's short names."""
+    first, slash, _ = reference.partition("/")
+    if slash and ("." in first or ":" in first or first == "localhost"):
+        return first
+    return None
+
+
+def pull_pinned_image(
+    client: docker.DockerClient,
+    reference: str,
+    auth: dict[str, str] | None,
+    *,
+    platform: str | None = None,
+    retries: int = 4,
+    backoff_s: float = 2.0,
+) -> PulledImage:
+    """Pull `reference` (repo[:tag] or repo@digest; no tag means `latest`) and resolve its digest.
+    A registry that answers "not found" or "denied" fails at once; other errors are retried."""
+    repository, tag = docker.utils.parse_repository_tag(reference)
+    last_error = ""
+    for attempt in range(1, retries + 2):
+        try:
+            image = client.images.pull(repository, tag=tag or "latest", auth_config=auth, platform=platform)
+        except docker.errors.APIError as exc:
+            last_error = str(exc.explanation or exc)
+            if isinstance(exc, docker.errors.NotFound) or _is_final(last_error):
+                raise ImagePullError(f"pull of {reference} failed: {last_error}") from None
+            if attempt <= retries:
+                time.sleep(backoff_s * 2 ** (attempt - 1))
+            continue
+        digests = [d for d in image.attrs.get("RepoDigests", []) if d.startswith(f"{repository}@")]
+        return PulledImage(
+            reference=reference,
+            image_id=image.id,
+            repo_digest=digests[0] if digests else "",
+            architecture=image.attrs.get("Architecture", ""),
+            size_bytes=int(image.attrs.get("Size", 0)),
+            attempts=attempt,
+        )
+    raise ImagePullError(f"pull of {reference} failed after {retries + 1} attempts: {last_error}")
+
+
+def _is_final(message: str) -> bool:
+    lowered = message.lower()
+    return any(word in lowered for word in ("not found", "manifest unknown", "denied", "unauthorized"))

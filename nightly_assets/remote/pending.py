@@ -12,7 +12,6 @@ from nightly_assets.warehouse.resources import WarehouseResource
 
 # Where each kind of remote work is being built (see the issue tracker).
 PENDING_KINDS = {
-    "image_pull": "container images (issue #3)",
     "promote_images": "container registries (issue #3)",
 }
 # What each kind of remote runner takes; any other stage kind placed there is refused.
