@@ -580,6 +580,9 @@ def test_a_failed_bootstrap_is_named(tmp_path: Path) -> None:
     (source / "compile.sh").write_text("echo done\n")
     with pytest.raises(BazelBuildError, match=r"left no executable output/bazel"):
         resource.bootstrap(source, "abc1234", BOOTSTRAP, log_path=tmp_path / "b.log")
+    no_such = BOOTSTRAP.model_copy(update={"command": ["no-such-compiler", "--all"]})
+    with pytest.raises(BazelBuildError, match=r"\(no-such-compiler --all\): cannot run 'no-such-compiler'"):
+        resource.bootstrap(source, "abc1234", no_such, log_path=tmp_path / "b.log")
     with pytest.raises(BazelBuildError, match=r"commit 'main; rm -rf /' is not a git SHA"):
         resource.bootstrap(source, "main; rm -rf /", BOOTSTRAP, log_path=tmp_path / "b.log")
     assert not (tmp_path / "root" / "bootstrapped").exists()

@@ -219,21 +219,22 @@ class BazelRbeResource(dg.ConfigurableResource):
         if kept.is_file() and os.access(kept, os.X_OK):
             log_path.write_text(f"reused {kept}, bootstrapped earlier from {spec.repo} at {commit}\n")
             return kept
-        result = run_command(
-            spec.command,
-            cwd=source,
-            env=spec.env,
-            timeout_s=spec.timeout_minutes * 60,
-            log_path=log_path,
-            check=False,
-        )
+        what = f"bootstrap of Bazel from {spec.repo} ({shlex.join(spec.command)})"
+        try:
+            result = run_command(
+                spec.command,
+                cwd=source,
+                env=spec.env,
+                timeout_s=spec.timeout_minutes * 60,
+                log_path=log_path,
+                check=False,
+            )
+        except CommandError as exc:  # not found, or past its timeout
+            raise BazelBuildError(f"{what}: {exc}; log {log_path}") from None
         built = source / spec.binary
         if result.returncode != 0 or not built.is_file() or not os.access(built, os.X_OK):
             why = f"exited {result.returncode}" if result.returncode else f"left no executable {spec.binary}"
-            raise BazelBuildError(
-                f"bootstrap of Bazel from {spec.repo} ({shlex.join(spec.command)}) {why}; "
-                f"log {log_path}; last output:\n{result.tail()}"
-            )
+            raise BazelBuildError(f"{what} {why}; log {log_path}; last output:\n{result.tail()}")
         kept.parent.mkdir(parents=True, exist_ok=True)
         partial = kept.with_name(f".bazel.{os.getpid()}")
         shutil.copy2(built.resolve(), partial)

@@ -12,7 +12,7 @@ from nightly_assets.warehouse.resources import WarehouseResource
 
 # Where each kind of remote work is being built (see the issue tracker).
 PENDING_KINDS = {
-    "promote_images": "container registries (issue #3)",
+    "promote_images": "promotion between registry roles, which no catalog pipeline uses yet",
 }
 # What each kind of remote runner takes; any other stage kind placed there is refused.
 RUNNER_TAKES = {
