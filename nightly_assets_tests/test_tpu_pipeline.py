@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import dagster as dg
@@ -72,6 +74,54 @@ def test_a_vm_preempted_in_the_middle_of_the_suite_fails_the_stage_with_the_reas
     assert any("preempted" in line for alert in outcome.alerts for line in alert.lines), outcome.alerts
     summary = (nightly_home / "artefacts/tpu/2026-11-03/v6e-1/night_summary/summary.md").read_text()
     assert "| preempted |" in summary
+    assert tpu_api.node_names() == []
+
+
+def _drop_ssh_while(sshd: Sshd, running: threading.Event) -> threading.Thread:
+    """Drops every SSH session every second from 3 s on, while `running` is set: whenever the
+    suite's session is up (setup or tests), it is cut while the node stays READY."""
+
+    def drop() -> None:
+        time.sleep(3)
+        while running.is_set():
+            sshd.drop_sessions()
+            time.sleep(1)
+
+    thread = threading.Thread(target=drop, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize("failure", ["ssh_dropped", "not_ready", "quota"])
+def test_a_failed_vm_fails_the_night_with_its_reason_and_leaves_no_node(
+    tpu_night, tpu_api: FakeTpuApi, sshd: Sshd, nightly_home: Path, failure: str
+) -> None:
+    running = threading.Event()
+    env = {}
+    if failure == "ssh_dropped":
+        running.set()
+        dropper = _drop_ssh_while(sshd, running)
+    elif failure == "not_ready":
+        tpu_api.never_ready = True
+        env["NIGHTLY_TPU_READY_TIMEOUT_S"] = "1"
+    else:
+        tpu_api.quota_exhausted = True
+    try:
+        outcome, _ = tpu_night(sleep_s=30, env=env)
+    finally:
+        running.clear()
+    if failure == "ssh_dropped":
+        dropper.join(timeout=5)
+    assert not outcome.succeeded
+    store = resources_for("local", nightly_home)["warehouse"].store()
+    stage = {s.stage: s for s in store.stages(KEY)}["tests_tpu"]
+    expected = {
+        "ssh_dropped": "ended early (ssh_dropped)",
+        "not_ready": "was not READY after",
+        "quota": "RESOURCE_EXHAUSTED",
+    }[failure]
+    assert stage.status == "failure" and expected in (stage.detail or ""), stage.detail
+    assert any(expected in line for alert in outcome.alerts for line in alert.lines), outcome.alerts
     assert tpu_api.node_names() == []
 
 

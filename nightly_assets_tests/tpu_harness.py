@@ -141,6 +141,7 @@ def tpu_night(nightly_home, tmp_path, monkeypatch, tpu_api: FakeTpuApi, sshd: Ss
         expected: int = 4,
         key: NightKey = KEY,
         github_repo: str | None = None,
+        env: dict[str, str] | None = None,
         **target_params: Any,
     ) -> tuple[NightOutcome, dict[str, bool]]:
         repo = tmp_path / "sglang"
@@ -149,6 +150,8 @@ def tpu_night(nightly_home, tmp_path, monkeypatch, tpu_api: FakeTpuApi, sshd: Ss
         catalog = tpu_catalog(
             tmp_path, monkeypatch, repo, vm_python, tpu_api, sshd, github_repo, **target_params
         )
+        for name, value in (env or {}).items():  # e.g. NIGHTLY_TPU_READY_TIMEOUT_S
+            monkeypatch.setenv(name, value)
         resources = resources_for("local", nightly_home)
         (tmp_path / "dagster_home").mkdir(exist_ok=True)
         with dg.instance_for_test(temp_dir=str(tmp_path / "dagster_home")) as instance:
