@@ -15,9 +15,10 @@ from nightly_assets.definitions import build_definitions
 from nightly_assets.github.client import GitHubClient
 from nightly_assets.resources import resources_for
 from nightly_assets.results import NightKey
+from nightly_assets_tests.git_repo import git
 from nightly_assets_tests.peers.github_api import FakeGitHubApi
 from nightly_assets_tests.peers.tpu_api import FakeTpuApi
-from nightly_assets_tests.tpu_harness import KEY, _git, make_sglang_repo, tpu_catalog
+from nightly_assets_tests.tpu_harness import KEY, make_sglang_repo, tpu_catalog
 
 pytestmark = [pytest.mark.github]
 
@@ -36,11 +37,11 @@ def pr_setup(nightly_home, tmp_path, monkeypatch, github_api: FakeGitHubApi, tpu
         .read_text()
         .replace("scoreapi.score(2), 4", "scoreapi.score(2), 5")
     )
-    _git(repo, "commit", "-qam", "break the score")
-    bad = _git(repo, "rev-parse", "HEAD")
-    _git(repo, "update-ref", "refs/pull/7/head", good)
-    _git(repo, "update-ref", "refs/pull/8/head", bad)
-    _git(repo, "reset", "-q", "--hard", good)  # main stays at the passing commit
+    git(repo, "commit", "-qam", "break the score")
+    bad = git(repo, "rev-parse", "HEAD")
+    git(repo, "update-ref", "refs/pull/7/head", good)
+    git(repo, "update-ref", "refs/pull/8/head", bad)
+    git(repo, "reset", "-q", "--hard", good)  # main stays at the passing commit
     catalog = tpu_catalog(tmp_path, monkeypatch, repo, vm_python, tpu_api, sshd, github_api.repo)
     path = catalog / "pipelines" / "tpu.yaml"
     document = yaml.safe_load(path.read_text())
