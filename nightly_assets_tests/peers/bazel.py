@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from nightly_assets.rbe import BazelRbeResource, BazelTestError
+from nightly_assets.rbe import BazelError, BazelRbeResource
 
 WORKSPACE_SOURCE = Path(__file__).resolve().parent.parent / "data" / "bazel_workspace"
 JVM_ARGS = ["-Xmx1g"]  # this machine is small; the server needs far less for these workspaces
@@ -130,7 +130,7 @@ def make_bazel_workspace_fixture(bazel_peer: BazelPeer, tmp_path: Path) -> Itera
     for workspace in made:
         try:
             bazel_peer.resource().shutdown(workspace, expunge=True)
-        except BazelTestError as exc:
+        except BazelError as exc:
             errors.append(str(exc))
     if errors:
         pytest.fail("bazel workspace teardown: " + "\n".join(errors))
