@@ -213,7 +213,10 @@ class ExecutedAction:
     @classmethod
     def from_json(cls, entry: dict[str, Any]) -> ExecutedAction:
         tuples = ("argv", "output_files", "output_directories")
-        return cls(**{key: tuple(value) if key in tuples else value for key, value in entry.items()})
+        fields: dict[str, Any] = {
+            key: tuple(value) if key in tuples else value for key, value in entry.items()
+        }
+        return cls(**fields)
 
 
 @dataclass(frozen=True)
