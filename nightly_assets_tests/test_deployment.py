@@ -9,6 +9,7 @@ by run monitoring, and what the container wrote to the compute-log volume is sti
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
@@ -16,6 +17,7 @@ import re
 import secrets
 import shutil
 import subprocess
+import tarfile
 import time
 import uuid
 from collections.abc import Iterator, Mapping
@@ -397,6 +399,20 @@ def _wait_for(predicate: Any, what: str, timeout: float = 60.0) -> Any:
     pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
+def _read_from_volumes(client, image: str, volumes: list[str], path: str) -> bytes:
+    """A file's bytes from the engine's volumes, through the archive API of a container that never
+    starts (a short `cat` container's logs can come back empty on a loaded engine)."""
+    reader = client.containers.create(image, ["true"], volumes=volumes, network_mode="none")
+    try:
+        stream, _ = reader.get_archive(path)
+        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as archive:
+            member = archive.extractfile(archive.getmembers()[0])
+            assert member is not None, f"{path} is not a file"
+            return member.read()
+    finally:
+        reader.remove(force=True)
+
+
 @pytest.mark.docker
 def test_run_container_is_removed_and_its_logs_are_kept(
     docker_engine: DockerEngine, base_image: str, deploy_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
@@ -451,14 +467,7 @@ def test_run_container_is_removed_and_its_logs_are_kept(
 
             # What the worker wrote under the compute-log dir outlived its container.
             volumes = launcher_config["container_kwargs"]["volumes"]
-            kept = client.containers.run(
-                base_image,
-                ["cat", f"{out_dir}/probe.json"],
-                volumes=volumes,
-                network_mode="none",
-                remove=True,
-            )
-            seen = json.loads(kept)
+            seen = json.loads(_read_from_volumes(client, base_image, volumes, f"{out_dir}/probe.json"))
             assert seen["NIGHTLY_ENV"] == "prod"
             assert seen["DAGSTER_RUN_JOB_NAME"] == "deploy_probe"
             for name in SECRET_VARS:
