@@ -6,6 +6,7 @@ batch scheduler, the build is deployed)."""
 
 import datetime as dt
 import json
+import secrets
 import shutil
 import subprocess
 from collections.abc import Callable, Iterator
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
+import yaml
 
 from nightly_assets.catalog.loader import catalog_dir, load_catalog
 from nightly_assets.definitions import build_definitions
@@ -249,3 +251,56 @@ def test_theta_bootstraps_bazel_from_source_and_its_wheel_passes_the_sanity_job(
     key, stages = night(text, "theta_bazel", "2026-11-04")
     assert stages["sanity_job"].status == "success"
     assert "reused" in (_artefacts(nightly_home, key) / "wheels" / "bootstrap.log").read_text()
+
+
+@pytest.mark.docker
+@pytest.mark.registry
+def test_the_catalogs_jax_rocm_rbe_night_runs_end_to_end(
+    night: Night,
+    nightly_home: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    bazel_peer: BazelPeer,
+    buildgrid: BuildGrid,
+    docker_engine,
+    registries,
+    base_image: str,
+) -> None:
+    """The shipped jax_rocm_rbe.yaml, with only what cannot exist here swapped: the repositories
+    (the tests' workspace), the build image (pushed to the ECR-role registry first) and the wheel
+    targets (the workspace's). Its suite block (//tests/..., its tag filters, 3 flaky attempts)
+    is the catalog's own."""
+    monkeypatch.setenv("DOCKER_HOST", docker_engine.host)
+    ecr = registries.ecr
+    for name, value in {"URL": ecr.url, "USERNAME": ecr.username, "PASSWORD": ecr.password}.items():
+        monkeypatch.setenv(f"NIGHTLY_REGISTRY_ECR_{name}", value)
+    monkeypatch.setenv("NIGHTLY_REGISTRY_ECR_CA_CERT", str(ecr.ca_cert))
+    monkeypatch.setenv("NIGHTLY_RBE_CACHE", buildgrid.url)
+    monkeypatch.setenv("NIGHTLY_RBE_INSTANCE", buildgrid.instance_name)
+    image = ecr.repository(f"e2e{secrets.token_hex(3)}/rocm/tensorflow-build:latest")
+    client = docker_engine.client()
+    client.images.get(base_image).tag(image)
+    client.images.push(image, auth_config=ecr.auth_config)
+    client.images.remove(image)
+
+    document = yaml.safe_load((catalog_dir() / "pipelines" / "jax_rocm_rbe.yaml").read_text())
+    workspace = str(_workspace_repo(tmp_path, bazel_peer))
+    for repository in document["repositories"]:
+        repository.update(url=workspace, branch="main")
+    stages = {stage["name"]: stage for stage in document["stages"]}
+    stages["build_image"]["params"]["image"] = image
+    stages["wheels"]["params"]["bazel"].update(targets=["//wheels:nightlybazel_wheel"], args=[])
+
+    key, recorded = night(yaml.safe_dump(document, sort_keys=False), "jax_rocm_rbe", "2026-11-03")
+
+    statuses = {name: stage.status for name, stage in recorded.items()}
+    assert statuses["build_image"] == statuses["wheels"] == "success", {
+        n: s.detail for n, s in recorded.items()
+    }
+    assert statuses["tests_multigpu"] == "failure"  # the workspace's fail_test fails, as it should
+    pulled = _manifest(nightly_home, key, "build_image")
+    assert pulled["repo_digest"].startswith(image.rsplit(":", 1)[0] + "@sha256:")
+    assert _manifest(nightly_home, key, "wheels")["builder"]["mode"] == "remote"
+    counts = resources_for("local", nightly_home)["warehouse"].store().suite_counts(key)["tests_multigpu"]
+    assert counts["passed"] == 2 and counts["failed"] + counts["error"] == 1, counts
+    client.close()
