@@ -304,3 +304,55 @@ def test_the_catalogs_jax_rocm_rbe_night_runs_end_to_end(
     counts = resources_for("local", nightly_home)["warehouse"].store().suite_counts(key)["tests_multigpu"]
     assert counts["passed"] == 2 and counts["failed"] + counts["error"] == 1, counts
     client.close()
+
+
+def test_the_catalogs_tf_theta_night_runs_end_to_end(
+    night: Night, nightly_home: Path, tmp_path: Path, bazel_peer: BazelPeer
+) -> None:
+    """The shipped tf_theta.yaml with its own bootstrap command (`bazel build //src:bazel_nojdk`
+    in the pinned "bazel" repository), sweep grid (36 points) and report. Swapped: the
+    repositories (the "bazel" one is a workspace whose //src:bazel_nojdk is a client handing over
+    to the installed Bazel), the wheel target and the sanity job's import."""
+    bazel_source = tmp_path / "upstream-bazel"
+    (bazel_source / "src").mkdir(parents=True)
+    (bazel_source / "WORKSPACE").write_text('workspace(name = "io_bazel")\n')
+    (bazel_source / "src" / "BUILD").write_text(
+        "genrule(\n"
+        '    name = "bazel_nojdk",\n'
+        '    outs = ["bazel_nojdk"],\n'
+        f'    cmd = "printf \'#!/bin/sh\\\\nexec {bazel_peer.binary} \\"$$@\\"\\\\n\' > $@",\n'
+        "    executable = True,\n"
+        ")\n"
+    )
+    # The bootstrap runs the catalog's plain `bazel build`: its startup options come from here.
+    startup = [f"--output_user_root={bazel_peer.output_user_root}", "--max_idle_secs=300"]
+    (bazel_source / ".bazelrc").write_text(
+        "".join(f"startup {option}\n" for option in startup) + bazel_peer.bazelrc()
+    )
+    bazel_sha = commit_folder(bazel_source, "bazel")
+    shutil.rmtree(bazel_peer.output_user_root / "bootstrapped" / bazel_sha, ignore_errors=True)
+
+    document = yaml.safe_load((catalog_dir() / "pipelines" / "tf_theta.yaml").read_text())
+    urls = {"tensorflow": str(_workspace_repo(tmp_path, bazel_peer)), "bazel": str(bazel_source)}
+    urls["benchmarks"] = urls["tensorflow"]
+    for repository in document["repositories"]:
+        repository.update(url=urls[repository["name"]], branch="main")
+    stages = {stage["name"]: stage for stage in document["stages"]}
+    stages["wheels"]["params"]["bazel"].update(targets=["//wheels:nightlybazel_wheel"], args=[])
+    stages["sanity_job"]["params"]["command"] = [
+        "{python}",
+        "-c",
+        "import nightlybazel; assert nightlybazel.answer() == 42; print('session ok')",
+    ]
+
+    key, recorded = night(yaml.safe_dump(document, sort_keys=False), "tf_theta", "2026-11-03")
+
+    assert all(s.status == "success" for s in recorded.values()), {n: s.detail for n, s in recorded.items()}
+    builder = _manifest(nightly_home, key, "wheels")["builder"]
+    assert builder["bazel"] == str(bazel_peer.output_user_root / "bootstrapped" / bazel_sha / "bazel")
+    bootstrap_log = (_artefacts(nightly_home, key) / "wheels" / "bootstrap.log").read_text()
+    assert "//src:bazel_nojdk up-to-date" in bootstrap_log, bootstrap_log[-2000:]
+    sweep = _manifest(nightly_home, key, "benchmark_sweep")
+    assert len(sweep["rows"]) == 3 * 4 * 3 and all(r["status"] == "ok" for r in sweep["rows"])
+    report = _manifest(nightly_home, key, "analysis_report")
+    assert Path(report["pdf"]).read_bytes().startswith(b"%PDF")
