@@ -76,9 +76,19 @@ class StageSpec:
         """The sources stage's record of `repo` (default: the stage's `params.repo`, else the first):
         `path` of the night's checkout, `sha`, `url`, `branch`..."""
         sources = self.pipeline.stages_of("sources")[0].name
-        repo = repo or self.stage.params.get("repo", self.pipeline.repositories[0].name)
+        repo = repo or self.repo_name
         entry: dict[str, str] = artefacts.read_manifest(key, sources)["repos"][repo]
         return entry
+
+    @property
+    def repo_name(self) -> str:
+        """The repository the stage works on: `params.repo`, else the pipeline's first."""
+        return str(self.stage.params.get("repo", self.pipeline.repositories[0].name))
+
+    def output_key(self, key: NightKey) -> str:
+        """Where this stage's Bazel builds of its repository for `key`'s target persist across
+        nights (stages of one night on the same repository share it)."""
+        return f"{key.pipeline}.{key.target}.{self.repo_name}"
 
     def checkout(self, artefacts: ArtefactStoreResource, key: NightKey) -> Path:
         """The night's pinned checkout of the stage's repository."""

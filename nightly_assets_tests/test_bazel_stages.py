@@ -5,6 +5,7 @@ seed 004's (Bazel bootstrapped from a pinned source tree, the sanity job imports
 batch scheduler, the build is deployed)."""
 
 import datetime as dt
+import hashlib
 import json
 import secrets
 import shutil
@@ -125,7 +126,7 @@ def night(
     monkeypatch.setenv("NIGHTLY_BAZEL_OUTPUT_ROOT", str(bazel_peer.output_user_root))
     (tmp_path / "dagster_home").mkdir()
     resources = resources_for("local", nightly_home)
-    checkouts: list[Path] = []
+    checkouts: list[tuple[NightKey, Path]] = []
     with dg.instance_for_test(temp_dir=str(tmp_path / "dagster_home")) as instance:
 
         def run(text: str, pipeline: str, date: str) -> tuple[NightKey, dict]:
@@ -134,13 +135,19 @@ def night(
             key = NightKey(pipeline, dt.date.fromisoformat(date), parsed.pipelines[pipeline].targets[0].name)
             run_night(build_definitions(catalog), instance, parsed, key, resources["notifier"])
             checkouts.extend(
-                p.parent for p in (_artefacts(nightly_home, key) / "sources").glob("*/WORKSPACE")
+                (key, p.parent) for p in (_artefacts(nightly_home, key) / "sources").glob("*/WORKSPACE")
             )
             return key, {s.stage: s for s in resources["warehouse"].store().stages(key)}
 
         yield run
-    for checkout in checkouts:
-        resources["bazel_rbe"].shutdown(checkout, expunge=True)
+    # The stages build in the output base they share across nights; a bootstrap in the checkout's own.
+    root = bazel_peer.output_user_root
+    for key, checkout in checkouts:
+        output_key = f"{key.pipeline}.{key.target}.{checkout.name}"
+        if (root / "bases" / output_key).exists():
+            resources["bazel_rbe"].shutdown(checkout, expunge=True, output_key=output_key)
+        if (root / hashlib.md5(str(checkout.resolve()).encode(), usedforsecurity=False).hexdigest()).exists():
+            resources["bazel_rbe"].shutdown(checkout, expunge=True)
 
 
 def _artefacts(home: Path, key: NightKey) -> Path:
@@ -188,7 +195,7 @@ def test_wheels_built_through_rbe_install_and_a_second_night_is_served_from_the_
         "nightlybazel-0.1.0-py3-none-any.whl",
         "nightlybazel_extra-0.2.0-py3-none-any.whl",
     ]
-    assert wheels["builder"]["kind"] == "bazel" and wheels["builder"]["mode"] == "remote"
+    assert wheels["builder"]["kind"] == "bazel" and wheels["builder"]["bazel_mode"] == "remote"
     assert "--compilation_mode=fastbuild" in wheels["builder"]["command"]
     python = _manifest(nightly_home, key, "environment")["python"]
     imported = subprocess.run(
@@ -205,10 +212,13 @@ def test_wheels_built_through_rbe_install_and_a_second_night_is_served_from_the_
     assert [c.name for c in store.failed_cases(key, "tests_multigpu")] == ["tests/fail_test"]
     assert _manifest(nightly_home, key, "tests_multigpu")["bazel_mode"] == "remote"
 
-    # The next night checks out into a new folder, so a fresh output base: the cache serves it.
+    # The next night checks out into a new folder but builds in the same output base: nothing
+    # changed, so nothing is built again (a fresh output base is served by the remote cache: test_rbe).
     key, stages = night(text, "rbe_wheels", "2026-11-04")
     assert stages["wheels"].status == "success"
-    assert _manifest(nightly_home, key, "wheels")["builder"]["remote_cache_hits"] >= 2
+    builder = _manifest(nightly_home, key, "wheels")["builder"]
+    assert builder["processes"] <= 1 and builder["remote_cache_hits"] == 0, builder
+    assert len(list((bazel_peer.output_user_root / "bases").glob("rbe_wheels.rocm-mi300.*"))) == 1
 
 
 def test_a_failing_bazel_build_fails_the_wheels_stage_with_bazels_error(
@@ -232,14 +242,14 @@ def test_theta_bootstraps_bazel_from_source_and_its_wheel_passes_the_sanity_job(
     (bazel_source / "compile.sh").write_text(COMPILE_SH)
     bazel_sha = commit_folder(bazel_source, "bazel")
     text = THETA_PIPELINE.format(workspace=_workspace_repo(tmp_path, bazel_peer), bazel_source=bazel_source)
-    bootstrapped = bazel_peer.output_user_root / "bootstrapped" / bazel_sha / "bazel"
-    shutil.rmtree(bootstrapped.parent, ignore_errors=True)  # kept from an earlier session (same SHA)
+    bazel_peer.forget_bootstraps(bazel_sha)
 
     key, stages = night(text, "theta_bazel", "2026-11-03")
 
     assert all(s.status == "success" for s in stages.values()), {n: s.detail for n, s in stages.items()}
     builder = _manifest(nightly_home, key, "wheels")["builder"]
-    assert builder["bazel"] == str(bootstrapped) and builder["mode"] == "local"
+    [bootstrapped] = (bazel_peer.output_user_root / "bootstrapped").glob(f"{bazel_sha}-*/bazel")
+    assert builder["bazel_binary"] == str(bootstrapped) and builder["bazel_mode"] == "local"
     assert builder["command"].startswith(str(bootstrapped))
     assert "Build successful" in (_artefacts(nightly_home, key) / "wheels" / "bootstrap.log").read_text()
     sanity = _manifest(nightly_home, key, "sanity_job")
@@ -284,9 +294,13 @@ def test_the_catalogs_jax_rocm_rbe_night_runs_end_to_end(
     client.images.remove(image)
 
     document = yaml.safe_load((catalog_dir() / "pipelines" / "jax_rocm_rbe.yaml").read_text())
-    workspace = str(_workspace_repo(tmp_path, bazel_peer))
+    plugin = tmp_path / "upstream-rocm-jax"  # not a Bazel workspace: nothing may build or test in it
+    plugin.mkdir()
+    (plugin / "README.md").write_text("the ROCm plugin\n")
+    urls = {"jax": str(_workspace_repo(tmp_path, bazel_peer)), "rocm_jax": str(plugin)}
+    commit_folder(plugin, "plugin")
     for repository in document["repositories"]:
-        repository.update(url=workspace, branch="main")
+        repository.update(url=urls[repository["name"]], branch="main")
     stages = {stage["name"]: stage for stage in document["stages"]}
     stages["build_image"]["params"]["image"] = image
     stages["wheels"]["params"]["bazel"].update(targets=["//wheels:nightlybazel_wheel"], args=[])
@@ -300,7 +314,7 @@ def test_the_catalogs_jax_rocm_rbe_night_runs_end_to_end(
     assert statuses["tests_multigpu"] == "failure"  # the workspace's fail_test fails, as it should
     pulled = _manifest(nightly_home, key, "build_image")
     assert pulled["repo_digest"].startswith(image.rsplit(":", 1)[0] + "@sha256:")
-    assert _manifest(nightly_home, key, "wheels")["builder"]["mode"] == "remote"
+    assert _manifest(nightly_home, key, "wheels")["builder"]["bazel_mode"] == "remote"
     counts = resources_for("local", nightly_home)["warehouse"].store().suite_counts(key)["tests_multigpu"]
     assert counts["passed"] == 2 and counts["failed"] + counts["error"] == 1, counts
     client.close()
@@ -330,7 +344,7 @@ def test_the_catalogs_tf_theta_night_runs_end_to_end(
         "".join(f"startup {option}\n" for option in startup) + bazel_peer.bazelrc()
     )
     bazel_sha = commit_folder(bazel_source, "bazel")
-    shutil.rmtree(bazel_peer.output_user_root / "bootstrapped" / bazel_sha, ignore_errors=True)
+    bazel_peer.forget_bootstraps(bazel_sha)
 
     document = yaml.safe_load((catalog_dir() / "pipelines" / "tf_theta.yaml").read_text())
     urls = {"tensorflow": str(_workspace_repo(tmp_path, bazel_peer)), "bazel": str(bazel_source)}
@@ -349,7 +363,7 @@ def test_the_catalogs_tf_theta_night_runs_end_to_end(
 
     assert all(s.status == "success" for s in recorded.values()), {n: s.detail for n, s in recorded.items()}
     builder = _manifest(nightly_home, key, "wheels")["builder"]
-    assert builder["bazel"] == str(bazel_peer.output_user_root / "bootstrapped" / bazel_sha / "bazel")
+    assert Path(builder["bazel_binary"]).parent.name.startswith(f"{bazel_sha}-")
     bootstrap_log = (_artefacts(nightly_home, key) / "wheels" / "bootstrap.log").read_text()
     assert "//src:bazel_nojdk up-to-date" in bootstrap_log, bootstrap_log[-2000:]
     sweep = _manifest(nightly_home, key, "benchmark_sweep")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import shutil
 import socket
 import stat
 import zipfile
@@ -472,9 +471,50 @@ def test_build_copies_the_wheels_of_the_built_targets_only(
     )
     assert run.metadata()["outputs"] == 2 and run.metadata()["bazel_mode"] == "local"
 
+    # A wheel two targets give (the rule and a filegroup of it) is one output.
+    both = resource.build(
+        workspace,
+        ["//wheels:nightlybazel_wheel", "//wheels:all_wheels"],
+        out_dir=tmp_path / "o",
+        dest=tmp_path / "d",
+    )
+    assert [p.name for p in both.outputs] == [BUILT_WHEELS[0]] and len(both.by_target) == 2
+
     # Only this run's targets count: bazel-bin still holds both wheels from the first build.
     again = resource.build(workspace, ["//wheels:house"], out_dir=tmp_path / "out", dest=tmp_path / "dist2")
     assert [p.name for p in again.outputs] == [BUILT_WHEELS[1]]
+
+
+@pytest.mark.bazel
+def test_checkouts_with_one_output_key_build_incrementally_in_one_output_base(
+    bazel_peer: BazelPeer, make_bazel_workspace: MakeWorkspace, tmp_path: Path
+) -> None:
+    resource = bazel_peer.resource()
+    key = f"t{tmp_path.name[-12:]}.target.repo".replace("_", "-")
+    first, second = make_bazel_workspace(), make_bazel_workspace()  # two nights' checkouts
+    try:
+        built = [
+            resource.build(
+                ws,
+                ["//wheels:nightlybazel_wheel"],
+                out_dir=tmp_path / f"o{i}",
+                dest=tmp_path / f"d{i}",
+                output_key=key,
+            )
+            for i, ws in enumerate((first, second))
+        ]
+        assert f"--output_base={bazel_peer.output_user_root / 'bases' / key}" in built[1].command
+        assert built[0].process_counts.get("linux-sandbox", 0) >= 1  # the first night built the wheel
+        assert built[1].process_counts.get("linux-sandbox", 0) == 0, built[1].process_counts  # up to date
+        assert (tmp_path / "d1" / BUILT_WHEELS[0]).read_bytes() == (
+            tmp_path / "d0" / BUILT_WHEELS[0]
+        ).read_bytes()
+    finally:
+        resource.shutdown(second, expunge=True, output_key=key)
+    with pytest.raises(BazelConfigError, match=r"output_key '\.\./x'"):
+        resource.build(
+            first, ["//wheels:house"], out_dir=tmp_path / "o", dest=tmp_path / "d", output_key="../x"
+        )
 
 
 @pytest.mark.bazel
@@ -550,13 +590,12 @@ def test_bazel_bootstrapped_from_source_builds_and_is_kept_per_commit(
     )
     resource = bazel_peer.resource()
     commit = "0123456789abcdef0123456789abcdef01234567"
-    shutil.rmtree(
-        bazel_peer.output_user_root / "bootstrapped" / commit, ignore_errors=True
-    )  # an earlier session's
+    bazel_peer.forget_bootstraps(commit)
 
     binary = resource.bootstrap(source, commit, BOOTSTRAP, log_path=tmp_path / "bootstrap.log")
 
-    assert binary == bazel_peer.output_user_root / "bootstrapped" / commit / "bazel"
+    assert binary.parent.parent == bazel_peer.output_user_root / "bootstrapped" and binary.name == "bazel"
+    assert binary.parent.name.startswith(f"{commit}-")  # and the recipe's hash
     assert "bootstrapping with X=1 2" in (tmp_path / "bootstrap.log").read_text()
     run = resource.build(
         make_bazel_workspace(), ["//wheels:nightlybazel_wheel"], out_dir=tmp_path / "o", dest=tmp_path / "d",
@@ -568,6 +607,11 @@ def test_bazel_bootstrapped_from_source_builds_and_is_kept_per_commit(
     (source / "compile.sh").write_text("exit 1\n")  # the same commit is not bootstrapped again
     assert resource.bootstrap(source, commit, BOOTSTRAP, log_path=tmp_path / "again.log") == binary
     assert "reused" in (tmp_path / "again.log").read_text()
+    # Another recipe at the same commit is another binary: it is bootstrapped, not reused.
+    other = BOOTSTRAP.model_copy(update={"env": {"X": "3"}})
+    (source / "compile.sh").write_text("echo 'other recipe' >&2\nexit 4\n")
+    with pytest.raises(BazelBuildError, match="exited 4"):
+        resource.bootstrap(source, commit, other, log_path=tmp_path / "other.log")
 
 
 def test_a_failed_bootstrap_is_named(tmp_path: Path) -> None:

@@ -139,8 +139,8 @@ def _build_with_bazel(
     out: Path,
 ) -> tuple[list[Path], dict[str, Any]]:
     """Wheels from `bazel build` of the catalog's targets: through remote execution on an `rbe`
-    runner (a local build when it does not answer), on this host for a local or batch runner (the
-    batch machine's login node builds; its compute nodes run jobs)."""
+    runner (a local build when it does not answer), on the orchestrator's host for a local or
+    batch runner (for Theta, a host beside the batch machine, as its Jenkins agent was)."""
     kind = run.runner.kind if run.runner is not None else "local"
     if kind not in ("rbe", "local", "batch"):
         raise StageNotAvailable(
@@ -167,17 +167,12 @@ def _build_with_bazel(
         use_remote=kind == "rbe",
         bazel=bazel,
         timeout_s=build.timeout_minutes * 60,
+        output_key=spec.output_key(run.key),
     )
     if result.fallback_reason:
         context.log.warning(f"remote build unavailable, built locally: {result.fallback_reason}")
     extra = {
-        "mode": result.mode,
-        "fallback_reason": result.fallback_reason or "",
-        "remote_cache_hits": result.remote_cache_hits,
-        "processes": result.process_counts.get("total", 0),
-        "duration_s": round(result.wall_time_s, 2),
-        "bazel": result.bazel_binary,
-        "command": result.command_line,
+        **result.metadata(),
         "targets": {label: list(names) for label, names in result.by_target.items()},
     }
     return [f for f in result.outputs if f.suffix == ".whl"], extra

@@ -15,6 +15,7 @@ from typing import Any
 
 import docker  # type: ignore[import-untyped]
 import docker.errors  # type: ignore[import-untyped]
+import requests
 
 # Instructions that do not make a layer of their own work (no cache hit to count).
 _UNCOUNTED_STEPS = ("FROM", "ARG")
@@ -209,31 +210,72 @@ def pull_pinned_image(
     backoff_s: float = 2.0,
 ) -> PulledImage:
     """Pull `reference` (repo[:tag] or repo@digest; no tag means `latest`) and resolve its digest.
-    A registry that answers "not found" or "denied" fails at once; other errors are retried."""
+
+    The engine's progress stream is read to its end: an error inside it (a layer download cut
+    off) fails the attempt, so an older local image never passes for the pulled one. "Not
+    found", "denied" and other 4xx answers fail at once; the rest (5xx, 429, connection errors)
+    are retried with backoff.
+    """
     repository, tag = docker.utils.parse_repository_tag(reference)
     last_error = ""
     for attempt in range(1, retries + 2):
         try:
-            image = client.images.pull(repository, tag=tag or "latest", auth_config=auth, platform=platform)
-        except docker.errors.APIError as exc:
-            last_error = str(exc.explanation or exc)
-            if isinstance(exc, docker.errors.NotFound) or _is_final(last_error):
+            for chunk in client.api.pull(
+                repository, tag or "latest", stream=True, decode=True, auth_config=auth, platform=platform
+            ):
+                if "error" in chunk or "errorDetail" in chunk:
+                    raise _StreamError(chunk.get("error") or chunk["errorDetail"].get("message", ""))
+        except (docker.errors.APIError, _StreamError) as exc:
+            last_error = str(getattr(exc, "explanation", None) or exc)
+            if _is_final(last_error, getattr(exc, "status_code", None)):
                 raise ImagePullError(f"pull of {reference} failed: {last_error}") from None
-            if attempt <= retries:
-                time.sleep(backoff_s * 2 ** (attempt - 1))
-            continue
-        digests = [d for d in image.attrs.get("RepoDigests", []) if d.startswith(f"{repository}@")]
-        return PulledImage(
-            reference=reference,
-            image_id=image.id,
-            repo_digest=digests[0] if digests else "",
-            architecture=image.attrs.get("Architecture", ""),
-            size_bytes=int(image.attrs.get("Size", 0)),
-            attempts=attempt,
-        )
+        except requests.RequestException as exc:
+            last_error = f"{type(exc).__name__}: {exc}"
+        else:
+            image = client.images.get(
+                f"{repository}@{tag}"
+                if tag and tag.startswith("sha256:")
+                else f"{repository}:{tag or 'latest'}"
+            )
+            digest = _repo_digest(repository, image.attrs.get("RepoDigests", []))
+            if not digest:
+                raise ImagePullError(
+                    f"pull of {reference}: the engine has no digest of it under {repository} "
+                    f"(RepoDigests: {image.attrs.get('RepoDigests')})"
+                )
+            return PulledImage(
+                reference=reference,
+                image_id=image.id,
+                repo_digest=digest,
+                architecture=image.attrs.get("Architecture", ""),
+                size_bytes=int(image.attrs.get("Size", 0)),
+                attempts=attempt,
+            )
+        if attempt <= retries:
+            time.sleep(backoff_s * 2 ** (attempt - 1))
     raise ImagePullError(f"pull of {reference} failed after {retries + 1} attempts: {last_error}")
 
 
-def _is_final(message: str) -> bool:
+class _StreamError(RuntimeError):
+    """An error the engine reported inside its progress stream."""
+
+
+def _repo_digest(repository: str, repo_digests: list[str]) -> str:
+    """`repository@sha256:…` among the engine's RepoDigests, which name Docker Hub images without
+    `docker.io/` and official ones without `library/`."""
+    wanted = _normalised(repository)
+    return next((d for d in repo_digests if _normalised(d.partition("@")[0]) == wanted), "")
+
+
+def _normalised(repository: str) -> str:
+    for prefix in ("docker.io/", "index.docker.io/", "registry-1.docker.io/"):
+        repository = repository.removeprefix(prefix)
+    return repository.removeprefix("library/")
+
+
+def _is_final(message: str, status: int | None = None) -> bool:
+    """A client error a retry cannot mend: 4xx other than 408 and 429, or the registry's words."""
+    if status is not None and 400 <= status < 500 and status not in (408, 429):
+        return True
     lowered = message.lower()
     return any(word in lowered for word in ("not found", "manifest unknown", "denied", "unauthorized"))

@@ -35,6 +35,8 @@ from nightly_assets.results import TestReport
 from nightly_assets.testing.junit import parse_bazel_testlogs
 
 WORKSPACE_FILES = ("WORKSPACE", "WORKSPACE.bazel", "MODULE.bazel")
+BOOTSTRAPS_KEPT = 3  # bootstrapped Bazel binaries kept (one per commit and recipe)
+DEFAULT_MAX_IDLE_SECS = 900  # Bazel's own default keeps an idle server (and its memory) for 3 hours
 
 
 class TestTimeouts(dg.Config):
@@ -85,6 +87,7 @@ class _Attempt:
     log_path: Path
     command: tuple[str, ...]
     started: float = 0.0  # monotonic start of the whole run, a fallback's first attempt included
+    ended: float = 0.0  # when Bazel exited (reading and copying its outputs is not Bazel's time)
 
     def failure(self, workspace: Path) -> str:
         meaning = bz.EXIT_MEANINGS.get(self.returncode, "error")
@@ -101,7 +104,7 @@ class _Attempt:
             "mode": mode,
             "fallback_reason": fallback_reason,
             "process_counts": bz.process_counts(self.output),
-            "wall_time_s": time.monotonic() - self.started,
+            "wall_time_s": self.ended - self.started,
             "log_path": self.log_path,
             "command": self.command,
         }
@@ -128,9 +131,11 @@ class BazelRbeResource(dg.ConfigurableResource):
         out_dir: Path,
         timeout_s: float = 4 * 3600,
         runner: str = "bazel",
+        output_key: str | None = None,
     ) -> BazelTestRun:
         """`bazel test` the suite in `workspace`; logs, build events and testlogs go under `out_dir`.
-        Exit codes 0, 3 (some tests failed) and 4 (no tests) give a result; others raise BazelTestError."""
+        Exit codes 0, 3 (some tests failed) and 4 (no tests) give a result; others raise BazelTestError.
+        Runs given the same `output_key` share one output base (see `_startup`)."""
         workspace = _checked_workspace(workspace, BazelTestError)
         targets = bz.checked_patterns("targets", tests.targets)
         filters = bz.checked_patterns("tag_filters", [tests.tag_filters]) if tests.tag_filters else []
@@ -138,7 +143,14 @@ class BazelRbeResource(dg.ConfigurableResource):
         bep_file = out_dir / "build_events.json"
         options = self._test_options(filters, tests.flaky_test_attempts, bep_file)
         attempt, mode, fallback_reason = self._run(
-            "test", workspace, options, targets, out_dir, timeout_s=timeout_s, error=BazelTestError
+            "test",
+            workspace,
+            options,
+            targets,
+            out_dir,
+            timeout_s=timeout_s,
+            error=BazelTestError,
+            output_key=output_key,
         )
         if attempt.returncode not in bz.REPORT_EXIT_CODES:
             raise BazelTestError(attempt.failure(workspace))
@@ -168,6 +180,7 @@ class BazelRbeResource(dg.ConfigurableResource):
         use_remote: bool = True,
         bazel: str | None = None,
         timeout_s: float = 4 * 3600,
+        output_key: str | None = None,
     ) -> BazelBuildRun:
         """`bazel build` the targets in `workspace` and copy their outputs whose names match the glob
         `outputs` into `dest`; logs and build events go under `out_dir`. `use_remote=False` builds
@@ -186,6 +199,7 @@ class BazelRbeResource(dg.ConfigurableResource):
             error=BazelBuildError,
             use_remote=use_remote,
             bazel=bazel,
+            output_key=output_key,
         )
         if attempt.returncode != bz.EXIT_PASSED:
             raise BazelBuildError(attempt.failure(workspace))
@@ -202,7 +216,8 @@ class BazelRbeResource(dg.ConfigurableResource):
                 f"bazel build of {', '.join(targets)} in {workspace} gave no output matching {outputs!r} "
                 f"(outputs: {seen}); log {attempt.log_path}"
             )
-        copied = _copy_outputs([f for files in matched.values() for f in files], dest)
+        # dict.fromkeys: a file two targets give (a filegroup of a wheel rule) is copied once.
+        copied = _copy_outputs(list(dict.fromkeys(f for files in matched.values() for f in files)), dest)
         return BazelBuildRun(
             **attempt.run_fields(mode, fallback_reason),
             outputs=tuple(copied),
@@ -215,9 +230,11 @@ class BazelRbeResource(dg.ConfigurableResource):
         kept under the output user root per commit: the next night at the same commit reuses it."""
         if not re.fullmatch(r"[0-9a-f]{7,64}", commit):
             raise BazelBuildError(f"bootstrap of {spec.repo}: commit {commit!r} is not a git SHA")
-        kept = self._cache_root() / "bootstrapped" / commit / "bazel"
+        recipe = hashlib.sha256(spec.model_dump_json(exclude={"timeout_minutes"}).encode()).hexdigest()[:12]
+        kept = self._cache_root() / "bootstrapped" / f"{commit}-{recipe}" / "bazel"
         if kept.is_file() and os.access(kept, os.X_OK):
             log_path.write_text(f"reused {kept}, bootstrapped earlier from {spec.repo} at {commit}\n")
+            os.utime(kept.parent)  # recently used: kept by the pruning below
             return kept
         what = f"bootstrap of Bazel from {spec.repo} ({shlex.join(spec.command)})"
         try:
@@ -239,16 +256,19 @@ class BazelRbeResource(dg.ConfigurableResource):
         partial = kept.with_name(f".bazel.{os.getpid()}")
         shutil.copy2(built.resolve(), partial)
         partial.replace(kept)  # whole or absent, even if two runs bootstrap the same commit
+        _prune(kept.parent.parent, keep=BOOTSTRAPS_KEPT)
         return kept
 
-    def shutdown(self, workspace: Path, *, expunge: bool = False) -> None:
-        """Stop the workspace's Bazel server; `expunge` also deletes its output base."""
+    def shutdown(self, workspace: Path, *, expunge: bool = False, output_key: str | None = None) -> None:
+        """Stop the Bazel server of the workspace (or of `output_key`'s output base); `expunge` also
+        deletes that output base."""
         workspace = _checked_workspace(workspace, BazelError)
         command = ["clean", "--expunge"] if expunge else ["shutdown"]
         rc_path = self._rc_path(workspace)
         bz.write_private_bazelrc(rc_path, [])  # the same startup options as the runs, or Bazel restarts
+        startup = self._startup(rc_path, output_key)
         try:
-            result = run_command([self.bazel, *self._startup(rc_path), *command], cwd=workspace, check=False)
+            result = run_command([self.bazel, *startup, *command], cwd=workspace, check=False)
         finally:
             rc_path.unlink(missing_ok=True)
         if result.returncode != 0:
@@ -270,10 +290,19 @@ class BazelRbeResource(dg.ConfigurableResource):
             return "local-fallback", reason
         return "remote", None
 
-    def _startup(self, rc_path: Path) -> list[str]:
+    def _startup(self, rc_path: Path, output_key: str | None = None) -> list[str]:
+        """Startup options. Each night checks out into a new folder, and Bazel keys its output base
+        by folder: with an `output_key` (pipeline, target, repository) the nights share one output
+        base instead, so a night builds incrementally and old ones leave no output base behind."""
         startup = [f"--bazelrc={rc_path}"]
         if self.output_user_root:
             startup.append(f"--output_user_root={self.output_user_root}")
+        if output_key is not None:
+            if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", output_key):
+                raise bz.BazelConfigError(
+                    f"output_key {output_key!r}: expected letters, digits, '.', '_', '-'"
+                )
+            startup.append(f"--output_base={self._cache_root() / 'bases' / output_key}")
         startup += [f"--host_jvm_args={arg}" for arg in self.host_jvm_args]
         if self.max_idle_secs is not None:
             startup.append(f"--max_idle_secs={self.max_idle_secs}")
@@ -319,6 +348,7 @@ class BazelRbeResource(dg.ConfigurableResource):
         error: type[BazelError],
         use_remote: bool = True,
         bazel: str | None = None,
+        output_key: str | None = None,
     ) -> tuple[_Attempt, Mode, str | None]:
         """Run `bazel <command>` remotely when configured and answering, else locally; a remote
         failure during the run (exit 34) reruns it locally, the remote attempt's log kept beside."""
@@ -326,7 +356,12 @@ class BazelRbeResource(dg.ConfigurableResource):
         (out_dir / "build_events.json").unlink(missing_ok=True)  # an earlier run's events must not count
         started = time.monotonic()
         mode, fallback_reason = self._choose_mode() if use_remote else ("local", None)
-        call: dict[str, Any] = {"command": command, "bazel": bazel or self.bazel, "error": error}
+        call: dict[str, Any] = {
+            "command": command,
+            "bazel": bazel or self.bazel,
+            "error": error,
+            "output_key": output_key,
+        }
         attempt = self._invoke(
             workspace, options, targets, out_dir, remote=mode == "remote", timeout_s=timeout_s, **call
         )
@@ -340,7 +375,7 @@ class BazelRbeResource(dg.ConfigurableResource):
             attempt = self._invoke(
                 workspace, options, targets, out_dir, remote=False, timeout_s=left_s, **call
             )
-        return replace(attempt, started=started), mode, fallback_reason
+        return replace(attempt, started=started, ended=time.monotonic()), mode, fallback_reason
 
     def _invoke(
         self,
@@ -354,11 +389,12 @@ class BazelRbeResource(dg.ConfigurableResource):
         error: type[BazelError],
         remote: bool,
         timeout_s: float,
+        output_key: str | None,
     ) -> _Attempt:
         public, private, secrets = self._remote_options() if remote else ([], [], [])
         redact = bz.Redactor.of(secrets)
         rc_path = self._rc_path(workspace)
-        argv = bz.bazel_argv(bazel, self._startup(rc_path), command, [*options, *public], targets)
+        argv = bz.bazel_argv(bazel, self._startup(rc_path, output_key), command, [*options, *public], targets)
         log_path = out_dir / f"bazel-{command}.log"
         bz.write_private_bazelrc(rc_path, private)
         try:
@@ -389,6 +425,13 @@ def _checked_workspace(workspace: Path, error: type[BazelError]) -> Path:
     return workspace
 
 
+def _prune(folder: Path, keep: int) -> None:
+    """Delete all but the `keep` most recently used entries of `folder`."""
+    entries = sorted(folder.iterdir(), key=lambda p: p.stat().st_mtime, reverse=True)
+    for old in entries[keep:]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
 def _copy_outputs(files: list[Path], dest: Path) -> list[Path]:
     """Copies out of Bazel's read-only tree, which the next build replaces; one name, one file."""
     dest.mkdir(parents=True, exist_ok=True)
@@ -417,10 +460,12 @@ def _secret(variable: str, what: str) -> str:
 
 
 def bazel_rbe_from_env(home: Path) -> BazelRbeResource:
-    """NIGHTLY_RBE_EXECUTOR / _CACHE / _INSTANCE; the token is read from NIGHTLY_RBE_TOKEN at use."""
+    """NIGHTLY_RBE_EXECUTOR / _CACHE / _INSTANCE; the token is read from NIGHTLY_RBE_TOKEN at use;
+    NIGHTLY_BAZEL_OUTPUT_ROOT and NIGHTLY_BAZEL_MAX_IDLE_SECS for the Bazel servers."""
     header_envs = {"authorization": "NIGHTLY_RBE_TOKEN"} if os.environ.get("NIGHTLY_RBE_TOKEN") else {}
     return BazelRbeResource(
         output_user_root=os.environ.get("NIGHTLY_BAZEL_OUTPUT_ROOT") or str(home / "bazel"),
+        max_idle_secs=int(os.environ.get("NIGHTLY_BAZEL_MAX_IDLE_SECS") or DEFAULT_MAX_IDLE_SECS),
         remote=RemoteSettings(
             executor=os.environ.get("NIGHTLY_RBE_EXECUTOR") or None,
             cache=os.environ.get("NIGHTLY_RBE_CACHE") or None,

@@ -14,7 +14,7 @@ from nightly_assets.warehouse.resources import WarehouseResource
 PENDING_KINDS = {
     "promote_images": "promotion between registry roles, which no catalog pipeline uses yet",
 }
-# What each kind of remote runner takes; any other stage kind placed there is refused.
+# What each kind of remote runner takes, for the refusal below: a stage that only runs locally names them.
 RUNNER_TAKES = {
     "rbe": "Bazel builds (wheels with builder: bazel) and Bazel test suites",
     "batch": "batch jobs, deploys, benchmark sweeps and Bazel builds on its login node",
@@ -31,7 +31,7 @@ def require_local_runner(spec: StageSpec, run: StageRun) -> None:
     if run.runner is not None and run.runner.kind != "local":
         raise StageNotAvailable(
             f"{spec.key.to_user_string()} runs on '{run.runner_name}' ({run.runner.kind}), which takes "
-            f"{RUNNER_TAKES.get(run.runner.kind, 'no such stage')}; run this stage on a local runner"
+            f"{RUNNER_TAKES.get(run.runner.kind, 'no stage of this kind')}; run this stage on a local runner"
         )
 
 

@@ -111,6 +111,7 @@ def _run_bazel_suite(
         out_dir=run.workdir / "bazel",
         timeout_s=suite.timeout_minutes * 60,
         runner=run.runner_name,
+        output_key=spec.output_key(run.key),
     )
     if result.fallback_reason:
         context.log.warning(

@@ -90,6 +90,12 @@ class BazelPeer:
             f"common --override_repository={name}={path}\n" for name, path in self.standins.items()
         )
 
+    def forget_bootstraps(self, commit: str) -> None:
+        """Delete the Bazel binaries bootstrapped at `commit` (a test's fixed SHA, kept by an
+        earlier session), so the next bootstrap really runs."""
+        for kept in (self.output_user_root / "bootstrapped").glob(f"{commit}-*"):
+            shutil.rmtree(kept)
+
     def resource(self, **config: Any) -> BazelRbeResource:
         """A resource with this peer's startup options (the workspace teardown uses the same)."""
         return BazelRbeResource(
