@@ -12,6 +12,7 @@ pytest_plugins = [
     "nightly_assets_tests.peers.sshd",
     "nightly_assets_tests.peers.github_api",
     "nightly_assets_tests.tpu_harness",
+    "nightly_assets_tests.catalog_nights",
 ]
 
 

@@ -4,7 +4,6 @@ the Bazel suite with the catalog's tag filters and flaky attempts, its report in
 seed 004's (Bazel bootstrapped from a pinned source tree, the sanity job imports its wheel on the
 batch scheduler, the build is deployed)."""
 
-import datetime as dt
 import hashlib
 import json
 import secrets
@@ -13,15 +12,13 @@ import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import dagster as dg
 import pytest
 import yaml
 
-from nightly_assets.catalog.loader import catalog_dir, load_catalog
-from nightly_assets.definitions import build_definitions
-from nightly_assets.night import run_night
+from nightly_assets.catalog.loader import catalog_dir
 from nightly_assets.resources import resources_for
 from nightly_assets.results import NightKey
+from nightly_assets_tests.catalog_nights import CatalogNights
 from nightly_assets_tests.git_repo import commit_folder
 from nightly_assets_tests.peers.bazel import BazelPeer
 from nightly_assets_tests.peers.buildgrid import BuildGrid
@@ -113,41 +110,35 @@ chmod +x output/bazel
 echo "Build successful! Binary is here: output/bazel"
 """
 
-Night = Callable[[str, str, str], tuple[NightKey, dict]]
+Night = Callable[[str, str], tuple[NightKey, dict]]
 
 
 @pytest.fixture
 def night(
-    nightly_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bazel_peer: BazelPeer
+    catalog_nights: CatalogNights, monkeypatch: pytest.MonkeyPatch, bazel_peer: BazelPeer
 ) -> Iterator[Night]:
     """Runs one night of a pipeline text; every checkout's Bazel server is expunged at the end."""
-    catalog = tmp_path / "catalog"
-    shutil.copytree(catalog_dir(), catalog)
     monkeypatch.setenv("NIGHTLY_BAZEL_OUTPUT_ROOT", str(bazel_peer.output_user_root))
-    (tmp_path / "dagster_home").mkdir()
-    resources = resources_for("local", nightly_home)
-    checkouts: list[tuple[NightKey, Path]] = []
-    with dg.instance_for_test(temp_dir=str(tmp_path / "dagster_home")) as instance:
 
-        def run(text: str, pipeline: str, date: str) -> tuple[NightKey, dict]:
-            (catalog / "pipelines" / f"{pipeline}.yaml").write_text(text)
-            parsed = load_catalog(catalog)
-            key = NightKey(pipeline, dt.date.fromisoformat(date), parsed.pipelines[pipeline].targets[0].name)
-            run_night(build_definitions(catalog), instance, parsed, key, resources["notifier"])
-            checkouts.extend(
-                (key, p.parent) for p in (_artefacts(nightly_home, key) / "sources").glob("*/WORKSPACE")
-            )
-            return key, {s.stage: s for s in resources["warehouse"].store().stages(key)}
+    def run(text: str, date: str) -> tuple[NightKey, dict]:
+        key, stages, _ = catalog_nights.run(text, date)
+        return key, stages
 
-        yield run
+    yield run
     # The stages build in the output base they share across nights; a bootstrap in the checkout's own.
+    bazel_rbe = resources_for("local", catalog_nights.home)["bazel_rbe"]
     root = bazel_peer.output_user_root
-    for key, checkout in checkouts:
-        output_key = f"{key.pipeline}.{key.target}.{checkout.name}"
-        if (root / "bases" / output_key).exists():
-            resources["bazel_rbe"].shutdown(checkout, expunge=True, output_key=output_key)
-        if (root / hashlib.md5(str(checkout.resolve()).encode(), usedforsecurity=False).hexdigest()).exists():
-            resources["bazel_rbe"].shutdown(checkout, expunge=True)
+    for key in catalog_nights.keys:
+        for checkout in (
+            p.parent for p in (_artefacts(catalog_nights.home, key) / "sources").glob("*/WORKSPACE")
+        ):
+            output_key = f"{key.pipeline}.{key.target}.{checkout.name}"
+            if (root / "bases" / output_key).exists():
+                bazel_rbe.shutdown(checkout, expunge=True, output_key=output_key)
+            if (
+                root / hashlib.md5(str(checkout.resolve()).encode(), usedforsecurity=False).hexdigest()
+            ).exists():
+                bazel_rbe.shutdown(checkout, expunge=True)
 
 
 def _artefacts(home: Path, key: NightKey) -> Path:
@@ -184,7 +175,7 @@ def test_wheels_built_through_rbe_install_and_a_second_night_is_served_from_the_
         targets='["//wheels:nightlybazel_wheel", "//wheels:house"]',
     )
 
-    key, stages = night(text, "rbe_wheels", "2026-11-03")
+    key, stages = night(text, "2026-11-03")
 
     assert {n: s.status for n, s in stages.items() if n != "night_summary"} == {
         **dict.fromkeys(["sources", "wheels", "environment"], "success"),
@@ -214,7 +205,7 @@ def test_wheels_built_through_rbe_install_and_a_second_night_is_served_from_the_
 
     # The next night checks out into a new folder but builds in the same output base: nothing
     # changed, so nothing is built again (a fresh output base is served by the remote cache: test_rbe).
-    key, stages = night(text, "rbe_wheels", "2026-11-04")
+    key, stages = night(text, "2026-11-04")
     assert stages["wheels"].status == "success"
     builder = _manifest(nightly_home, key, "wheels")["builder"]
     assert builder["processes"] <= 1 and builder["remote_cache_hits"] == 0, builder
@@ -227,7 +218,7 @@ def test_a_failing_bazel_build_fails_the_wheels_stage_with_bazels_error(
     text = RBE_PIPELINE.format(
         workspace=_workspace_repo(tmp_path, bazel_peer), targets='["//wheels:broken_wheel"]'
     )
-    _, stages = night(text, "rbe_wheels", "2026-11-03")
+    _, stages = night(text, "2026-11-03")
     assert stages["wheels"].status == "failure"
     assert "exited 1 (build failed)" in (stages["wheels"].detail or "")
     assert "//wheels:broken_wheel" in (stages["wheels"].detail or "")
@@ -244,7 +235,7 @@ def test_theta_bootstraps_bazel_from_source_and_its_wheel_passes_the_sanity_job(
     text = THETA_PIPELINE.format(workspace=_workspace_repo(tmp_path, bazel_peer), bazel_source=bazel_source)
     bazel_peer.forget_bootstraps(bazel_sha)
 
-    key, stages = night(text, "theta_bazel", "2026-11-03")
+    key, stages = night(text, "2026-11-03")
 
     assert all(s.status == "success" for s in stages.values()), {n: s.detail for n, s in stages.items()}
     builder = _manifest(nightly_home, key, "wheels")["builder"]
@@ -258,7 +249,7 @@ def test_theta_bootstraps_bazel_from_source_and_its_wheel_passes_the_sanity_job(
     assert (release / "current").resolve() == (release / "2026-11-03").resolve()
 
     # The next night, at the same Bazel commit, builds with the Bazel bootstrapped before.
-    key, stages = night(text, "theta_bazel", "2026-11-04")
+    key, stages = night(text, "2026-11-04")
     assert stages["sanity_job"].status == "success"
     assert "reused" in (_artefacts(nightly_home, key) / "wheels" / "bootstrap.log").read_text()
 
@@ -280,11 +271,9 @@ def test_the_catalogs_jax_rocm_rbe_night_runs_end_to_end(
     (the tests' workspace), the build image (pushed to the ECR-role registry first) and the wheel
     targets (the workspace's). Its suite block (//tests/..., its tag filters, 3 flaky attempts)
     is the catalog's own."""
-    monkeypatch.setenv("DOCKER_HOST", docker_engine.host)
     ecr = registries.ecr
-    for name, value in {"URL": ecr.url, "USERNAME": ecr.username, "PASSWORD": ecr.password}.items():
-        monkeypatch.setenv(f"NIGHTLY_REGISTRY_ECR_{name}", value)
-    monkeypatch.setenv("NIGHTLY_REGISTRY_ECR_CA_CERT", str(ecr.ca_cert))
+    for name, value in {**docker_engine.env(), **ecr.role_env()}.items():
+        monkeypatch.setenv(name, value)
     monkeypatch.setenv("NIGHTLY_RBE_CACHE", buildgrid.url)
     monkeypatch.setenv("NIGHTLY_RBE_INSTANCE", buildgrid.instance_name)
     image = ecr.repository(f"e2e{secrets.token_hex(3)}/rocm/tensorflow-build:latest")
@@ -305,7 +294,7 @@ def test_the_catalogs_jax_rocm_rbe_night_runs_end_to_end(
     stages["build_image"]["params"]["image"] = image
     stages["wheels"]["params"]["bazel"].update(targets=["//wheels:nightlybazel_wheel"], args=[])
 
-    key, recorded = night(yaml.safe_dump(document, sort_keys=False), "jax_rocm_rbe", "2026-11-03")
+    key, recorded = night(yaml.safe_dump(document, sort_keys=False), "2026-11-03")
 
     statuses = {name: stage.status for name, stage in recorded.items()}
     assert statuses["build_image"] == statuses["wheels"] == "success", {
@@ -359,7 +348,7 @@ def test_the_catalogs_tf_theta_night_runs_end_to_end(
         "import nightlybazel; assert nightlybazel.answer() == 42; print('session ok')",
     ]
 
-    key, recorded = night(yaml.safe_dump(document, sort_keys=False), "tf_theta", "2026-11-03")
+    key, recorded = night(yaml.safe_dump(document, sort_keys=False), "2026-11-03")
 
     assert all(s.status == "success" for s in recorded.values()), {n: s.detail for n, s in recorded.items()}
     builder = _manifest(nightly_home, key, "wheels")["builder"]

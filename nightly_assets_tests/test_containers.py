@@ -143,12 +143,8 @@ def image_nights(nightly_home, tmp_path, monkeypatch, docker_engine, base_image,
     namespace = f"t{secrets.token_hex(4)}/"  # the session's registries are shared between tests
     monkeypatch.setenv("DOCKER_HOST", docker_engine.host)
     for registry in registries:
-        prefix = f"NIGHTLY_REGISTRY_{registry.name.upper()}_"
-        monkeypatch.setenv(prefix + "URL", registry.url)
-        monkeypatch.setenv(prefix + "USERNAME", registry.username)
-        monkeypatch.setenv(prefix + "PASSWORD", registry.password)
-        monkeypatch.setenv(prefix + "CA_CERT", str(registry.ca_cert))
-        monkeypatch.setenv(prefix + "NAMESPACE", namespace)
+        for name, value in registry.role_env(namespace).items():
+            monkeypatch.setenv(name, value)
     (tmp_path / "dagster_home").mkdir()
     with dg.instance_for_test(temp_dir=str(tmp_path / "dagster_home")) as instance:
         yield ImageNights(

@@ -4,15 +4,10 @@ row per point) and the analysis report."""
 
 import datetime as dt
 import json
-import shutil
 from pathlib import Path
 
-import dagster as dg
 import pytest
 
-from nightly_assets.catalog.loader import catalog_dir, load_catalog
-from nightly_assets.definitions import build_definitions
-from nightly_assets.night import run_night
 from nightly_assets.resources import resources_for
 from nightly_assets.results import NightKey
 
@@ -58,25 +53,15 @@ stages:
 
 
 @pytest.fixture
-def theta(nightly_home, tmp_path):
+def theta(catalog_nights, nightly_home):
     """Runs a night of a Theta-shaped pipeline (THETA_PIPELINE, or the text given)."""
-    catalog = tmp_path / "catalog"
-    shutil.copytree(catalog_dir(), catalog)
-    (tmp_path / "dagster_home").mkdir()
-    resources = resources_for("local", nightly_home)
-    with dg.instance_for_test(temp_dir=str(tmp_path / "dagster_home")) as instance:
 
-        def night(date: str, pipeline: str = THETA_PIPELINE) -> tuple[NightKey, dict]:
-            (catalog / "pipelines" / "theta_sample.yaml").write_text(pipeline)
-            key = NightKey("theta_sample", dt.date.fromisoformat(date), "theta-knl")
-            outcome = run_night(
-                build_definitions(catalog), instance, load_catalog(catalog), key, resources["notifier"]
-            )
-            stages = {s.stage: s for s in resources["warehouse"].store().stages(key)}
-            assert outcome.succeeded == all(s.status == "success" for s in stages.values())
-            return key, stages
+    def night(date: str, pipeline: str = THETA_PIPELINE) -> tuple[NightKey, dict]:
+        key, stages, outcome = catalog_nights.run(pipeline, date)
+        assert outcome.succeeded == all(s.status == "success" for s in stages.values())
+        return key, stages
 
-        yield night, resources["warehouse"].store()
+    return night, resources_for("local", nightly_home)["warehouse"].store()
 
 
 def test_a_theta_night_runs_job_deploy_sweep_and_report(theta, nightly_home):

@@ -220,6 +220,19 @@ class Registry:
         """``auth_config`` for the Docker SDK's ``images.push`` / ``images.pull``."""
         return {"username": self.username, "password": self.password, "serveraddress": self.host}
 
+    def role_env(self, namespace: str | None = None) -> dict[str, str]:
+        """The ``NIGHTLY_REGISTRY_<ROLE>_*`` variables that make this registry the role it is named
+        after (``ecr``, ``acr``) for the containers resource, optionally under ``namespace``."""
+        env = {
+            "URL": self.url,
+            "USERNAME": self.username,
+            "PASSWORD": self.password,
+            "CA_CERT": str(self.ca_cert),
+        }
+        if namespace is not None:
+            env["NAMESPACE"] = namespace
+        return {f"NIGHTLY_REGISTRY_{self.name.upper()}_{name}": value for name, value in env.items()}
+
     def repository(self, name: str) -> str:
         """``127.0.0.1:PORT/name``: what to tag an image with to push it here."""
         return f"{self.host}/{name}"

@@ -1,0 +1,50 @@
+"""Whole nights of a pipeline written in a test: a copy of the shipped catalog plus that pipeline's
+YAML, run by `run_night` on a test instance with the home's local resources."""
+
+import datetime as dt
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import dagster as dg
+import pytest
+import yaml
+
+from nightly_assets.catalog.loader import catalog_dir, load_catalog
+from nightly_assets.definitions import build_definitions
+from nightly_assets.night import NightOutcome, run_night
+from nightly_assets.resources import resources_for
+from nightly_assets.results import NightKey
+from nightly_assets.warehouse.store import StageRow
+
+
+@dataclass
+class CatalogNights:
+    catalog: Path
+    instance: dg.DagsterInstance
+    home: Path
+    keys: list[NightKey] = field(default_factory=list)  # every night run, in order
+
+    def run(self, text: str, date: str) -> tuple[NightKey, dict[str, StageRow], NightOutcome]:
+        """One night of the pipeline `text` (written as <its name>.yaml), for its first target:
+        the night's key, its stage rows by name, and the outcome."""
+        name = yaml.safe_load(text)["name"]
+        (self.catalog / "pipelines" / f"{name}.yaml").write_text(text)
+        catalog = load_catalog(self.catalog)
+        key = NightKey(name, dt.date.fromisoformat(date), catalog.pipelines[name].targets[0].name)
+        resources = resources_for("local", self.home)  # from the environment as the test set it
+        outcome = run_night(
+            build_definitions(self.catalog), self.instance, catalog, key, resources["notifier"]
+        )
+        self.keys.append(key)
+        return key, {s.stage: s for s in resources["warehouse"].store().stages(key)}, outcome
+
+
+@pytest.fixture
+def catalog_nights(nightly_home: Path, tmp_path: Path) -> Iterator[CatalogNights]:
+    catalog = tmp_path / "catalog"
+    shutil.copytree(catalog_dir(), catalog)
+    (tmp_path / "dagster_home").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "dagster_home")) as instance:
+        yield CatalogNights(catalog, instance, nightly_home)
