@@ -29,7 +29,8 @@ demo: ## materialize one real demo night on this machine
 	$(BIN)/nightly run demo --night $(NIGHT)
 	$(BIN)/nightly status --pipeline demo
 
-ui: ## the Dagster UI and daemon on http://127.0.0.1:3000
+ui: ## the Dagster UI and daemon on http://127.0.0.1:3000; the artefacts its links open on :3001
+	$(BIN)/nightly serve --port 3001 & serve=$$!; trap 'kill $$serve' EXIT INT TERM; \
 	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
 
 bench: ## definitions load time and orchestration overhead, as ratios

@@ -25,14 +25,14 @@ def main() -> dict[str, float]:
         from nightly_assets.settings import nightly_home
 
         defs, catalog = build_definitions(), load_catalog()
-        notifier = resources_for("local", nightly_home())["notifier"]
+        resources = resources_for("local", nightly_home())
         ratios = []
         print("demo night: wall time vs the sum of its steps' durations")
         with dg.instance_for_test(temp_dir=str(Path(tmp) / "dagster")) as instance:
             for night in NIGHTS:
                 key = NightKey("demo", dt.date.fromisoformat(night), "cpu")
                 start = time.perf_counter()
-                outcome = run_night(defs, instance, catalog, key, notifier)
+                outcome = run_night(defs, instance, catalog, key, resources)
                 wall = time.perf_counter() - start
                 steps = sum(
                     r.get_dagster_event().step_success_data.duration_ms / 1000

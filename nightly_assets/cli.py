@@ -3,28 +3,41 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
+import logging
 import os
+import re
 import shutil
+import signal
 import sys
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 
+from nightly_assets.artefacts.serve import serve_artefacts
 from nightly_assets.catalog.loader import CatalogError, catalog_dir, load_catalog
 from nightly_assets.catalog.models import Catalog, Pipeline
 from nightly_assets.night import run_night
 from nightly_assets.pipelines import nightly_job_name
-from nightly_assets.reporting.summary import summary_markdown, summary_rows
+from nightly_assets.reporting.summary import night_summary
 from nightly_assets.resources import resources_for
 from nightly_assets.results import NightKey
 from nightly_assets.settings import nightly_env, nightly_home
+from nightly_assets.warehouse import store as warehouse_store
+from nightly_assets.warehouse.resources import WarehouseResource
+from nightly_assets.warehouse.store import WarehouseError
 
 REPO_DAGSTER_YAML = Path(__file__).resolve().parents[1] / "dagster.yaml"
 
 
 def main(argv: list[str] | None = None) -> int:
+    for category in (dg.BetaWarning, dg.PreviewWarning):  # notes for Dagster's developers, not ours
+        warnings.filterwarnings("ignore", category=category)
     parser = argparse.ArgumentParser(prog="nightly", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="materialize one night of a pipeline, target by target")
@@ -35,6 +48,9 @@ def main(argv: list[str] | None = None) -> int:
     status = sub.add_parser("status", help="nights x targets x stages with state and test counts")
     status.add_argument("--pipeline", help="only this pipeline")
     status.add_argument("--json", action="store_true", help="machine-readable output")
+    serve = sub.add_parser("serve", help="serve the artefact folders (logs, JUnit, summaries) over HTTP")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=3001)
     args = parser.parse_args(argv)
     try:
         catalog = load_catalog()
@@ -45,12 +61,76 @@ def main(argv: list[str] | None = None) -> int:
                 + ", ".join(f"{pool}={limit}" for pool, limit in sorted(catalog.pools.items()))
             )
             return 0
+        if args.command == "serve":
+            return serve_artefacts(nightly_home() / "artefacts", args.host, args.port)
         if args.command == "run":
             return _run(catalog, args.pipeline, args.night, args.target)
         return _status(catalog, args.pipeline, args.json)
-    except (CatalogError, UsageError) as exc:
+    except (CatalogError, UsageError, WarehouseError, SettingsError) as exc:
         print(f"nightly: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("nightly: interrupted", file=sys.stderr)
+        return INTERRUPTED
+
+
+INTERRUPTED = 130  # 128 + SIGINT, for Ctrl-C and SIGTERM alike
+STATUS_RETRY_S = 5.0  # `nightly status` says a database is down after this, not after a minute
+
+
+class SettingsError(ValueError):
+    """A setting the resources need is missing or malformed (e.g. an unset variable in prod)."""
+
+
+@contextlib.contextmanager
+def _resources(warehouse_retry_s: float | None = None) -> Iterator[Any]:
+    """The code location's resources as a run sees them: EnvVars resolved, nested resources built.
+    `warehouse_retry_s` shortens how long the warehouse is retried (a person is waiting)."""
+    definitions = resources_for(nightly_env(), nightly_home())
+    if warehouse_retry_s is not None:
+        definitions["warehouse"] = WarehouseResource(
+            url=definitions["warehouse"].url, retry_s=warehouse_retry_s
+        )
+    unset = sorted(name for name in _env_sources(definitions) if not os.environ.get(name))
+    if unset:
+        raise SettingsError(f"resources ({nightly_env()}): {_unset_message(unset)}")
+    try:
+        with dg.build_resources(definitions) as resources:
+            yield resources
+    except dg.DagsterInvalidConfigError as exc:
+        raise SettingsError(f"resources ({nightly_env()}): {_config_error(exc)}") from None
+
+
+def _env_sources(node: object) -> set[str]:
+    """Every variable the resources read through `dg.EnvVar`, nested resources included."""
+    if isinstance(node, dg.ConfigurableResource):
+        node = node._convert_to_config_dictionary()  # the config as Dagster sees it: {"env": NAME}
+    if isinstance(node, dict):
+        if set(node) == {"env"}:
+            return {str(node["env"])}
+        return set().union(*(_env_sources(value) for value in node.values()))
+    return set()
+
+
+def _unset_message(names: list[str]) -> str:
+    return f"environment variable(s) not set: {', '.join(names)} (see the README's Configuration)"
+
+
+_UNSET_VARIABLE = re.compile(r'environment variable "(\w+)" which is not set')
+
+
+def _config_error(exc: dg.DagsterInvalidConfigError) -> str:
+    messages = [getattr(e, "message", str(e)) for e in getattr(exc, "errors", [])] or [str(exc)]
+    unset = sorted({m for text in messages for m in _UNSET_VARIABLE.findall(text)})
+    if unset:
+        return _unset_message(unset)
+    return "; ".join(" ".join(m.split("Stack Trace")[0].split()) for m in messages)
+
+
+def _sigterm_as_interrupt() -> None:
+    """SIGTERM ends a night as Ctrl-C does (Dagster maps it so while a step runs; this covers the
+    moments between runs): the running stage is interrupted, cleans up, the night is cancelled."""
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
 
 
 class UsageError(ValueError):
@@ -79,21 +159,33 @@ def _run(catalog: Catalog, name: str, night_text: str, target: str | None) -> in
 
     defs = build_definitions(catalog_dir())
     inst = instance(catalog)
-    resources = resources_for(nightly_env(), nightly_home())
+    _sigterm_as_interrupt()
     worst = 0
-    for t in [target] if target else targets:
-        key = NightKey(name, night, t)
-        print(f"== {key}: materializing {nightly_job_name(name)} (instance {os.environ['DAGSTER_HOME']})")
-        outcome = run_night(defs, inst, catalog, key, resources["notifier"], progress=_say)
-        for alert in outcome.alerts:
-            print(f"!! alert ({alert.severity}): {alert.title}: " + "; ".join(alert.lines)[:400])
-        store = resources["warehouse"].store()
-        print()
-        print(summary_markdown(key, summary_rows(pipeline, key, store), store.suite_counts(key)))
-        night_row = store.night(key)
-        worst = max(
-            worst, 0 if outcome.succeeded and night_row is not None and night_row.status == "success" else 1
-        )
+    definitions = resources_for(nightly_env(), nightly_home())
+    with _resources() as resources:
+        store = resources.warehouse.store()
+        for t in [target] if target else targets:
+            key = NightKey(name, night, t)
+            print(f"== {key}: materializing {nightly_job_name(name)} (instance {os.environ['DAGSTER_HOME']})")
+            outcome = run_night(defs, inst, catalog, key, definitions, progress=_say)
+            for index, alert in enumerate(outcome.alerts):
+                print(f"!! alert ({alert.severity}): {alert.title}")
+                for line in alert.lines:
+                    print("   - " + line.replace("\n", "\n     "))
+                if index in outcome.unsent:
+                    print(
+                        f"   (not sent: {outcome.unsent[index]}; the daemon's night_status_repair "
+                        "sends it again)"
+                    )
+            summary = night_summary(pipeline, key, store, resources.artefacts)
+            print()
+            print(summary.markdown())
+            if outcome.cancelled:
+                print(f"nightly: {key} interrupted; the night is cancelled", file=sys.stderr)
+                return INTERRUPTED
+            night_row = store.night(key)
+            ok = outcome.succeeded and night_row is not None and night_row.status in ("success", "warn")
+            worst = max(worst, 0 if ok else 1)
     return worst
 
 
@@ -103,8 +195,43 @@ def _say(line: str) -> None:
 
 def _status(catalog: Catalog, only: str | None, as_json: bool) -> int:
     pipelines = [_pipeline(catalog, only)] if only else list(catalog.pipelines.values())
-    resources = resources_for(nightly_env(), nightly_home())
-    store = resources["warehouse"].store()
+    # Each warehouse retry is logged (a run shows them as it goes); here the error is one line.
+    logging.getLogger(warehouse_store.__name__).setLevel(logging.ERROR)
+    with _resources(warehouse_retry_s=STATUS_RETRY_S) as resources:
+        rows = _status_rows(resources.warehouse.store(), pipelines)
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    if not rows:
+        print("no nights recorded yet; run one with: nightly run demo --night YYYY-MM-DD")
+        return 0
+    for pipeline in pipelines:
+        mine = [r for r in rows if r["pipeline"] == pipeline.name]
+        if not mine:
+            continue
+        names = [s.name for s in pipeline.stages]
+        print(f"{pipeline.name}: {pipeline.title}")
+        print(
+            f"  {'night':<10}  {'target':<14}  {'status':<9}  {'tests passed/run':<16}  "
+            f"stages ({' '.join(names)})"
+        )
+        for r in mine:
+            ran = sum(c["total"] - c["skipped"] - c["collected"] for c in r["tests"].values())
+            passed = sum(c["passed"] for c in r["tests"].values())
+            marks = " ".join(_MARKS.get(r["stages"][n], "?") for n in names)
+            print(
+                f"  {r['night']:<10}  {r['target']:<14}  {r['status']:<9}  {f'{passed}/{ran}':<16}  {marks}"
+            )
+            for check in r["failed_checks"]:
+                why = " ".join(check["description"].split())  # the count and the first failing tests
+                name = f"{check['stage']}:{check['check']} ({check['severity']})"
+                print(f"  {'':<10}  {'':<14}  ! {name}: {why}"[:220])
+        print()
+    print("stage marks: + success, x failure, - skipped, ~ running, c cancelled")
+    return 0
+
+
+def _status_rows(store: Any, pipelines: list[Pipeline]) -> list[dict[str, Any]]:
     rows = []
     for pipeline in pipelines:
         for night in sorted(store.nights(pipeline.name), key=lambda n: (n.night, n.target), reverse=True):
@@ -120,37 +247,22 @@ def _status(catalog: Catalog, only: str | None, as_json: bool) -> int:
                     "pins": night.pins,
                     "stages": {s.name: stages.get(s.name, "skipped") for s in pipeline.stages},
                     "tests": store.suite_counts(key),
+                    "failed_checks": [
+                        {
+                            "stage": c.stage,
+                            "check": c.name,
+                            "severity": c.severity,
+                            "description": c.description,
+                        }
+                        for c in store.checks(key)
+                        if not c.passed
+                    ],
                 }
             )
-    if as_json:
-        print(json.dumps(rows, indent=2))
-        return 0
-    if not rows:
-        print("no nights recorded yet; run one with: nightly run demo --night YYYY-MM-DD")
-        return 0
-    for pipeline in pipelines:
-        mine = [r for r in rows if r["pipeline"] == pipeline.name]
-        if not mine:
-            continue
-        names = [s.name for s in pipeline.stages]
-        print(f"{pipeline.name}: {pipeline.title}")
-        print(
-            f"  {'night':<10}  {'target':<14}  {'status':<8}  {'tests passed/run':<16}  "
-            f"stages ({' '.join(names)})"
-        )
-        for r in mine:
-            ran = sum(c["total"] - c["skipped"] - c["collected"] for c in r["tests"].values())
-            passed = sum(c["passed"] for c in r["tests"].values())
-            marks = " ".join(_MARKS.get(r["stages"][n], "?") for n in names)
-            print(
-                f"  {r['night']:<10}  {r['target']:<14}  {r['status']:<8}  {f'{passed}/{ran}':<16}  {marks}"
-            )
-        print()
-    print("stage marks: + success, x failure, - skipped, ~ running")
-    return 0
+    return rows
 
 
-_MARKS = {"success": "+", "failure": "x", "skipped": "-", "running": "~"}
+_MARKS = {"success": "+", "failure": "x", "skipped": "-", "running": "~", "cancelled": "c"}
 
 
 def _pipeline(catalog: Catalog, name: str) -> Pipeline:
@@ -163,6 +275,8 @@ def _pipeline(catalog: Catalog, name: str) -> Pipeline:
 
 def _night(pipeline: Pipeline, text: str) -> dt.date:
     try:
+        if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
+            raise ValueError(text)
         night = dt.date.fromisoformat(text)
     except ValueError:
         raise UsageError(f"--night {text!r}: expected a date as YYYY-MM-DD") from None

@@ -16,6 +16,11 @@ from nightly_assets.tpu.pr_tier import build_pr_job, pr_op_name
 from nightly_assets.tpu.sensors import build_tpu_sweeper_sensor
 
 EMBEDDED_PIPELINE = "demo"
+# Stages of a run execute in parallel, each in its own process, forked from a server that has
+# already imported Dagster and this code location (spawning each from scratch costs seconds a step).
+STAGE_EXECUTOR = dg.multiprocess_executor.configured(
+    {"start_method": {"forkserver": {"preload_modules": ["nightly_assets.definitions"]}}}
+)
 
 
 def build_definitions(directory: Path | None = None) -> dg.Definitions:
@@ -39,6 +44,7 @@ def build_definitions(directory: Path | None = None) -> dg.Definitions:
             build_tpu_sweeper_sensor(catalog, env == "prod"),
         ],
         resources=resources_for(env, nightly_home()),
+        executor=STAGE_EXECUTOR,
     )
 
 

@@ -1,24 +1,36 @@
 """Run one night of one target through a Dagster instance, as the CLI and the tests do.
 
-A failed night still gets its summary (a follow-up run of the summary job, as the failure
-sensor does under the daemon) and its alerts (the same function the sensors call).
+What follows the run is what the sensors do under the daemon (`reporting/follow_up.py`): stages
+left running are ended, the alerts filed, and a night the run did not summarize gets its summary
+in a follow-up run. An interrupted night (Ctrl-C, SIGTERM) ends `cancelled`, with no error alert.
 """
 
+from __future__ import annotations
+
+import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import dagster as dg
 from dagster._core.events import DagsterEventType
 
 from nightly_assets.catalog.models import Catalog
+from nightly_assets.night_lease import this_process_tag
 from nightly_assets.partitions import partition_key
 from nightly_assets.pipelines import nightly_job_name
-from nightly_assets.reporting.alerts import alerts_for_run
-from nightly_assets.reporting.resources import Alert, NotifierResource
+from nightly_assets.reporting.follow_up import (
+    CANCELLED,
+    SUMMARY_OF_TAG,
+    abandoned_runs,
+    end_abandoned,
+    follow_up_run,
+)
+from nightly_assets.reporting.night_runs import stage_error
+from nightly_assets.reporting.resources import Alert
 from nightly_assets.reporting.sensors import summary_job_name
 from nightly_assets.results import NightKey
 
@@ -40,6 +52,8 @@ class NightOutcome:
     succeeded: bool
     summary_run: dg.DagsterRun | None
     alerts: list[Alert]
+    cancelled: bool = False
+    unsent: dict[int, str] = field(default_factory=dict)  # alert index -> why it was not sent
 
 
 def run_night(
@@ -47,19 +61,46 @@ def run_night(
     instance: dg.DagsterInstance,
     catalog: Catalog,
     key: NightKey,
-    notifier: NotifierResource,
+    resources: Mapping[str, Any],
     progress: Callable[[str], None] | None = None,
 ) -> NightOutcome:
-    succeeded, run = execute_partition(defs, instance, nightly_job_name(key.pipeline), key, progress)
+    """`resources`: the code location's resource definitions (`resources_for`); the notifier and the
+    warehouse are resolved from them as a run would (EnvVars included)."""
+    wanted = {name: resources[name] for name in ("notifier", "warehouse")}
+    with dg.build_resources(wanted) as resolved:
+        store = resolved.warehouse.store()
+        earlier = store.night(key)
+        if earlier is not None and earlier.status == "running":
+            runs = abandoned_runs(instance, store, earlier)
+            if runs is not None and progress:
+                progress(f"{end_abandoned(store, earlier, runs)}; this run replaces it")
+        succeeded, run = execute_partition(defs, instance, nightly_job_name(key.pipeline), key, progress)
+        cancelled = run.status == dg.DagsterRunStatus.CANCELED
+        done = follow_up_run(instance, run, catalog, resolved.notifier, store)
     summary_run = None
-    if not succeeded:
-        if progress:
-            progress("the night failed; writing its summary in a follow-up run")
-        _, summary_run = execute_partition(defs, instance, summary_job_name(key.pipeline), key, progress)
-    alerts = alerts_for_run(instance, run, catalog)
-    for alert in alerts:
-        notifier.notify(alert)
-    return NightOutcome(key, run, succeeded, summary_run, alerts)
+    if done is not None:
+        for night in done.summaries:
+            if progress:
+                why = "was cancelled" if cancelled else "ended before its summary"
+                progress(f"the night {why}; writing its summary in a follow-up run")
+            _, summary_run = execute_partition(
+                defs,
+                instance,
+                summary_job_name(night.key.pipeline),
+                night.key,
+                progress,
+                tags={SUMMARY_OF_TAG: run.run_id},
+            )
+    run = instance.get_run_by_id(run.run_id) or run
+    return NightOutcome(
+        key,
+        run,
+        succeeded,
+        summary_run,
+        done.alerts if done else [],
+        cancelled,
+        done.unsent if done else {},
+    )
 
 
 def execute_partition(
@@ -70,6 +111,9 @@ def execute_partition(
     progress: Callable[[str], None] | None = None,
     tags: dict[str, str] | None = None,
 ) -> tuple[bool, dg.DagsterRun]:
+    """Execute `job` for the key's partition in this process. Ctrl-C or SIGTERM cancels the run:
+    Dagster interrupts the running step (which ends its commands, containers and machines), and
+    the run is then marked cancelled rather than failed."""
     run_id = str(uuid.uuid4())
     done = threading.Event()
     printer = None
@@ -83,7 +127,7 @@ def execute_partition(
             run_id=run_id,
             raise_on_error=False,
             run_config=QUIET_LOGS,
-            tags=tags,
+            tags={**this_process_tag(run_id), **(tags or {})},
         )
     finally:
         done.set()
@@ -91,7 +135,26 @@ def execute_partition(
             printer.join()
     run = instance.get_run_by_id(run_id)
     assert run is not None
+    if run.status == dg.DagsterRunStatus.FAILURE and _interrupted(instance, run_id):
+        instance.report_run_canceled(run, message="Interrupted (Ctrl-C or SIGTERM): the night is cancelled.")
+        run = instance.get_run_by_id(run_id) or run
     return result.success, run
+
+
+def _interrupted(instance: dg.DagsterInstance, run_id: str) -> bool:
+    """Whether the run ended because this process was interrupted, not because a stage failed."""
+    for record in instance.get_records_for_run(
+        run_id, of_type={DagsterEventType.STEP_FAILURE, DagsterEventType.RUN_FAILURE}
+    ).records:
+        event = record.event_log_entry.dagster_event
+        if event is None:
+            continue
+        if event.event_type == DagsterEventType.STEP_FAILURE:
+            if event.step_failure_data.error_source.value == "INTERRUPT":
+                return True
+        elif "interrupted" in (event.message or ""):
+            return True
+    return False
 
 
 def _follow(
@@ -101,7 +164,7 @@ def _follow(
     started = time.monotonic()
     while True:
         finished = done.is_set()
-        conn = instance.get_records_for_run(run_id, cursor=cursor, of_type=PROGRESS_EVENTS)
+        conn = instance.get_records_for_run(run_id, cursor=cursor)
         cursor = conn.cursor
         for record in conn.records:
             line = progress_line(record.event_log_entry)
@@ -115,7 +178,11 @@ def _follow(
 
 def progress_line(entry: Any) -> str | None:
     event = entry.dagster_event
-    if event is None:
+    if event is None:  # a stage's own log line: only its warnings are progress
+        if entry.level < logging.WARNING or not entry.user_message:
+            return None
+        return f"warning  {entry.step_key or ''}: {entry.user_message.splitlines()[0][:300]}"
+    if event.event_type not in PROGRESS_EVENTS:
         return None
     step = event.step_key or ""
     match event.event_type:
@@ -124,13 +191,19 @@ def progress_line(entry: Any) -> str | None:
         case DagsterEventType.STEP_SUCCESS:
             return f"done     {step} ({event.event_specific_data.duration_ms / 1000:.1f}s)"
         case DagsterEventType.STEP_FAILURE:
-            error = event.step_failure_data.error
-            first = error.message.strip().splitlines()[0] if error else ""
-            return f"FAILED   {step}: {first[:200]}"
+            data = event.step_failure_data
+            if data.error_source.value == "INTERRUPT":
+                return f"{CANCELLED.upper():<8} {step} (interrupted)"
+            lines = stage_error(data.error, data.user_failure_data).splitlines() or ["failed"]
+            more = f"\n{'':11}".join(lines[1:8])
+            return f"FAILED   {step}: {lines[0][:300]}" + (f"\n{'':11}{more}" if more else "")
         case DagsterEventType.STEP_SKIPPED:
             return f"skipped  {step} (an upstream stage failed)"
         case DagsterEventType.ASSET_CHECK_EVALUATION:
             ev = event.event_specific_data
             verdict = "passed" if ev.passed else f"FAILED ({ev.severity.value})"
-            return f"check    {ev.asset_key.to_user_string()}:{ev.check_name} {verdict}"
+            line = f"check    {ev.asset_key.to_user_string()}:{ev.check_name} {verdict}"
+            if not ev.passed and ev.description:
+                line += f": {ev.description.splitlines()[0][:200]}"
+            return line
     return None

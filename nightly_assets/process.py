@@ -3,10 +3,39 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+# What a child process inherits from the orchestrator: enough to find programs, a home, a locale
+# and the system's CA certificates. Nothing else: the orchestrator's environment holds tokens and
+# passwords (GitHub, Slack, RBE, registries, the warehouse URL), and the children are the code
+# under test (its build backend, its tests, its benchmarks). A command that needs a setting is
+# given it by name through `env`.
+INHERITED = frozenset(
+    {
+        "PATH",
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "LANG",
+        "LANGUAGE",
+        "TZ",
+        "TMPDIR",
+        "TERM",
+        "SSL_CERT_FILE",
+        "SSL_CERT_DIR",
+    }
+)
+INHERITED_PREFIXES = ("LC_",)
+
+
+def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of a child process: the allow-listed variables of ours, then `extra`."""
+    inherited = {k: v for k, v in os.environ.items() if k in INHERITED or k.startswith(INHERITED_PREFIXES)}
+    return {**inherited, **(extra or {})}
 
 
 class CommandError(RuntimeError):
@@ -33,31 +62,37 @@ def run_command(
     log_path: Path | None = None,
     check: bool = True,
 ) -> CommandResult:
-    """Run `args` (never a shell string), capturing stdout+stderr into `log_path` when given."""
+    """Run `args` (never a shell string) with the allow-listed environment plus `env`, capturing
+    stdout+stderr into `log_path` when given."""
     argv = tuple(str(a) for a in args)
-    full_env = {**os.environ, **(env or {})}
+    full_env = child_env(env)
     try:
-        proc = subprocess.run(
+        # Its own process group: a timeout or an interrupted night ends the command's children too.
+        proc = subprocess.Popen(
             argv,
             cwd=cwd,
             env=full_env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
-            timeout=timeout_s,
-            check=False,
+            start_new_session=True,
         )
     except FileNotFoundError as exc:
         raise CommandError(f"cannot run {argv[0]!r}: {exc.strerror}") from None
-    except subprocess.TimeoutExpired as exc:
-        partial = exc.output if isinstance(exc.output, str) else (exc.output or b"").decode(errors="replace")
+    try:
+        stdout, _ = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        partial = _end_group(proc)
         _write_log(log_path, partial)
         raise CommandError(
             f"{' '.join(argv[:4])} ... timed out after {timeout_s:.0f} s; last output:\n"
             + "\n".join(partial.splitlines()[-20:])
         ) from None
-    _write_log(log_path, proc.stdout)
-    result = CommandResult(argv, proc.returncode, proc.stdout, log_path)
+    except BaseException:  # interrupted (Ctrl-C, SIGTERM, a cancelled run): leave nothing running
+        _write_log(log_path, _end_group(proc))
+        raise
+    _write_log(log_path, stdout)
+    result = CommandResult(argv, proc.returncode, stdout, log_path)
     if check and proc.returncode != 0:
         raise CommandError(
             f"{' '.join(argv[:6])} exited with {proc.returncode}; last output:\n{result.tail()}"
@@ -69,3 +104,26 @@ def _write_log(log_path: Path | None, text: str) -> None:
     if log_path is not None:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         log_path.write_text(text)
+
+
+def _end_group(proc: subprocess.Popen[str], grace_s: float = 5.0) -> str:
+    """Stop the command's whole process group (TERM, then KILL after `grace_s`); its output so far."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            output, _ = proc.communicate(timeout=grace_s)
+            return output or ""
+        except subprocess.TimeoutExpired:
+            continue
+    try:  # a grandchild that left the group (setsid) may hold the pipe open: do not wait for it
+        output, _ = proc.communicate(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        if proc.stdout is not None:
+            proc.stdout.close()
+        proc.wait(timeout=grace_s)
+        return ""
+    return output or ""

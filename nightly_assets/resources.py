@@ -7,9 +7,14 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
+from dagster_gcp import GCSResource
 from dagster_slack import SlackResource
 
-from nightly_assets.artefacts.resources import ArtefactStoreResource
+from nightly_assets.artefacts.resources import (
+    DEFAULT_BASE_URL,
+    ArtefactStoreResource,
+    GcsArtefactStoreResource,
+)
 from nightly_assets.batch.resources import batch_scheduler_from_env
 from nightly_assets.builds.resources import PythonBuildResource
 from nightly_assets.containers.config import registries_from_env, runner_pool_from_env
@@ -22,8 +27,10 @@ from nightly_assets.sources.resources import GitSourcesResource
 from nightly_assets.testing.resources import LocalTestRunnerResource
 from nightly_assets.tpu.resources import tpu_vms_from_env
 from nightly_assets.warehouse.resources import WarehouseResource
+from nightly_assets.warehouse.store import RETRY_S
 
 WAREHOUSE_URL_VAR = "NIGHTLY_WAREHOUSE_URL"
+ARTEFACTS_BUCKET_VAR = "NIGHTLY_ARTEFACTS_BUCKET"
 
 
 def resources_for(env: Env, home: Path) -> dict[str, Any]:
@@ -35,8 +42,10 @@ def resources_for(env: Env, home: Path) -> dict[str, Any]:
     )
     resources: dict[str, Any] = {
         "git": GitSourcesResource(cache_dir=str(home / "git")),
-        "artefacts": ArtefactStoreResource(root=str(home / "artefacts")),
-        "warehouse": WarehouseResource(url=warehouse_url),
+        "artefacts": artefact_store(env, home),
+        "warehouse": WarehouseResource(
+            url=warehouse_url, retry_s=float(os.environ.get("NIGHTLY_WAREHOUSE_RETRY_S", RETRY_S))
+        ),
         "builder": PythonBuildResource(toolchain_dir=str(home / "toolchain")),
         "test_runner": LocalTestRunnerResource(),
         "package_index": LocalPackageIndexResource(root=str(home / "index")),
@@ -49,5 +58,33 @@ def resources_for(env: Env, home: Path) -> dict[str, Any]:
         "github": github_from_env(),
     }
     if env == "prod":
-        resources["notifier"] = SlackNotifierResource(slack=SlackResource(token=dg.EnvVar("SLACK_BOT_TOKEN")))
+        resources["notifier"] = SlackNotifierResource(
+            slack=SlackResource(token=dg.EnvVar("SLACK_BOT_TOKEN")),
+            api_url=os.environ.get("NIGHTLY_SLACK_API_URL"),
+        )
     return resources
+
+
+def artefact_store(env: Env, home: Path) -> ArtefactStoreResource:
+    """Local folders served by `nightly serve`; in prod (or with a bucket set) GCS via dagster-gcp."""
+    root = str(home / "artefacts")
+    if env != "prod" and not os.environ.get(ARTEFACTS_BUCKET_VAR):
+        return ArtefactStoreResource(
+            root=root, base_url=os.environ.get("NIGHTLY_ARTEFACTS_URL", DEFAULT_BASE_URL)
+        )
+    optional: dict[str, Any] = {  # pydantic converts the numbers
+        name: os.environ[var]
+        for name, var in (
+            ("prefix", "NIGHTLY_ARTEFACTS_PREFIX"),
+            ("base_url", "NIGHTLY_ARTEFACTS_URL"),
+            ("browse_url", "NIGHTLY_ARTEFACTS_BROWSE_URL"),
+            ("upload_deadline_s", "NIGHTLY_ARTEFACTS_UPLOAD_DEADLINE_S"),
+        )
+        if os.environ.get(var)
+    }
+    return GcsArtefactStoreResource(
+        root=root,
+        gcs=GCSResource(project=os.environ.get("NIGHTLY_GCP_PROJECT")),
+        bucket=dg.EnvVar(ARTEFACTS_BUCKET_VAR),
+        **optional,
+    )

@@ -84,3 +84,14 @@ class BenchmarkResult:
     value: float
     unit: str = "s"
     lower_is_better: bool = True
+
+
+@dataclass(frozen=True)
+class CheckOutcome:
+    """The result of one asset check of one stage, as the warehouse keeps it."""
+
+    stage: str
+    name: str
+    severity: Literal["ERROR", "WARN"]
+    passed: bool
+    description: str = ""

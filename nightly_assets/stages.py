@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+import warnings
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import dagster as dg
+from dagster._core.errors import DagsterExecutionInterruptedError
 
 from nightly_assets.artefacts.resources import ArtefactStoreResource
 from nightly_assets.catalog.models import Catalog, Pipeline, Runner, Stage, Target
+from nightly_assets.night_lease import hold_night
 from nightly_assets.partitions import night_key
-from nightly_assets.results import NightKey
+from nightly_assets.results import CheckOutcome, NightKey
 from nightly_assets.warehouse.resources import WarehouseResource
 
 # Kinds tags shown in the UI per stage kind (Dagster shows at most three).
@@ -107,6 +110,8 @@ class StageSpec:
     def asset_args(self, **extra: Any) -> dict[str, Any]:
         """Keyword arguments for `dg.asset` / `dg.multi_asset` shared by every stage kind."""
         kinds = set(STAGE_KINDS[self.stage.kind])
+        if "check_specs" in extra:
+            extra["check_specs"] = [self.partitioned_check(c) for c in extra["check_specs"]]
         return dict(
             key=self.key,
             group_name=self.pipeline.name,
@@ -120,6 +125,19 @@ class StageSpec:
             metadata={"runners": ", ".join(self.stage.runner_names()) or "orchestrator"},
             **extra,
         )
+
+    def partitioned_check(self, check: dg.AssetCheckSpec) -> dg.AssetCheckSpec:
+        """The check evaluated per night x target, so its history names the night it judged."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", dg.PreviewWarning)  # partitioned checks are a preview in 1.13
+            return dg.AssetCheckSpec(
+                check.name,
+                asset=check.asset_key,
+                description=check.description,
+                blocking=check.blocking,
+                metadata=check.metadata,
+                partitions_def=self.partitions_def,
+            )
 
 
 @dataclass
@@ -135,6 +153,33 @@ class StageRun:
     artefact: str | None = None
     detail: str | None = None
     status: str = "success"  # a stage that ran but found failures (tests) records "failure"
+    # Set when the stage ran to its end but the night failed here (failing tests, lint findings):
+    # its results are recorded, then its step fails, so the UI shows the night failed on this asset.
+    failure: str | None = None
+    checks: list[dg.AssetCheckResult] = field(default_factory=list)
+    published: list[Path] = field(default_factory=list)  # files to link besides the folder's reports
+    links: dict[str, str] = field(default_factory=dict)  # file name -> URL, once the stage ended
+    folder_link: str = ""
+
+    def link_metadata(self) -> dict[str, dg.MetadataValue]:
+        """Links to the stage's folder and reports, for the asset's metadata."""
+        return {
+            **({"artefacts": dg.MetadataValue.url(self.folder_link)} if self.folder_link else {}),
+            **{f"artefact/{name}": dg.MetadataValue.url(url) for name, url in self.links.items()},
+        }
+
+
+def stage_events(
+    run: StageRun, metadata: Mapping[str, object]
+) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
+    """The asset's events: its materialization with its checks, or, when the night failed at this
+    stage, its checks and then a failed step carrying the same metadata (the partition shows Failed)."""
+    full = {**metadata, **run.link_metadata()}
+    if run.failure is None:
+        yield dg.MaterializeResult(metadata=full, check_results=run.checks)  # type: ignore[arg-type]
+        return
+    yield from run.checks
+    raise dg.Failure(description=run.failure, metadata=full)  # type: ignore[arg-type]
 
 
 @contextlib.contextmanager
@@ -148,6 +193,9 @@ def recorded_stage(
     key = night_key(spec.pipeline.name, context.partition_key)
     target = spec.pipeline.target(key.target)
     runner_name, runner = spec.runner(target)
+    store = warehouse.store()
+    # Another run of this night ends before this one touches it.
+    hold_night(context, store, key, pooled=spec.pool is not None)
     run = StageRun(
         key=key,
         target=target,
@@ -155,7 +203,6 @@ def recorded_stage(
         runner=runner,
         workdir=artefacts.stage_dir(key, spec.stage.name, fresh=True),
     )
-    store = warehouse.store()
     store.record_stage(
         key,
         spec.stage.name,
@@ -168,21 +215,39 @@ def recorded_stage(
     try:
         yield run
     except BaseException as exc:
+        interrupted = isinstance(exc, KeyboardInterrupt | DagsterExecutionInterruptedError)
+        if not interrupted:  # an interrupt ends the stage now, not after an upload
+            _publish(context, artefacts, run, spec.stage.name)
         store.record_stage(
             key,
             spec.stage.name,
-            status="failure",
+            status="cancelled" if interrupted else "failure",
             runner=runner_name,
             duration_s=time.monotonic() - started,
             run_id=context.run.run_id,
-            artefact=str(run.workdir),
-            detail=f"{type(exc).__name__}: {exc}"[:4000],
+            artefact=run.folder_link or str(run.workdir),
+            detail="interrupted: the run was cancelled"
+            if interrupted
+            else f"{type(exc).__name__}: {exc}"[:4000],
         )
         raise
     duration = time.monotonic() - started
     run.manifest.setdefault("runner", runner_name)
     run.manifest["duration_s"] = round(duration, 3)
+    if run.failure is None:  # a failed blocking check fails its stage, after the results are kept
+        failed = [c for c in run.checks if not c.passed and c.severity == dg.AssetCheckSeverity.ERROR]
+        if failed:
+            run.failure = "; ".join(
+                f"{c.check_name} failed: {c.description or 'no description'}" for c in failed
+            )
+    if run.failure is not None:
+        run.status = "failure"
+        run.manifest["failure"] = run.failure
     artefacts.write_manifest(key, spec.stage.name, run.manifest)
+    _publish(context, artefacts, run, spec.stage.name)
+    store.record_checks(
+        key, spec.stage.name, [_outcome(spec.stage.name, c) for c in run.checks], run_id=context.run.run_id
+    )
     store.record_stage(
         key,
         spec.stage.name,
@@ -190,6 +255,34 @@ def recorded_stage(
         runner=runner_name,
         duration_s=duration,
         run_id=context.run.run_id,
-        artefact=run.artefact or str(run.workdir),
+        artefact=_product(artefacts, run),
         detail=run.detail,
     )
+
+
+def _publish(
+    context: dg.AssetExecutionContext, artefacts: ArtefactStoreResource, run: StageRun, stage: str
+) -> None:
+    """Links to the stage's reports; a store that cannot take them is logged, never fatal: the
+    night's results stand and the files stay in the stage's folder."""
+    try:
+        run.links = artefacts.publish(run.key, stage, artefacts.reports(run.key, stage, run.published))
+        run.folder_link = artefacts.folder_url(run.key, stage)
+    except Exception as exc:  # ArtefactError, or anything a store's client raises
+        context.log.warning(f"{run.key} {stage}: reports not published, they stay in {run.workdir}: {exc}")
+
+
+def _product(artefacts: ArtefactStoreResource, run: StageRun) -> str:
+    """What the stage made, as the summary links it: a file of its folder as its URL, anything
+    else (an image reference, a release path) as is, else the folder's link."""
+    if run.artefact is None:
+        return run.folder_link or str(run.workdir)
+    path = Path(run.artefact)
+    if path.is_absolute() and path.exists() and path.resolve().is_relative_to(run.workdir.resolve()):
+        return artefacts.file_url(path)
+    return run.artefact
+
+
+def _outcome(stage: str, result: dg.AssetCheckResult) -> CheckOutcome:
+    severity: Literal["ERROR", "WARN"] = "WARN" if result.severity == dg.AssetCheckSeverity.WARN else "ERROR"
+    return CheckOutcome(stage, result.check_name or "", severity, result.passed, result.description or "")

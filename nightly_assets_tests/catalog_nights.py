@@ -34,11 +34,11 @@ class CatalogNights:
         catalog = load_catalog(self.catalog)
         key = NightKey(name, dt.date.fromisoformat(date), catalog.pipelines[name].targets[0].name)
         resources = resources_for("local", self.home)  # from the environment as the test set it
-        outcome = run_night(
-            build_definitions(self.catalog), self.instance, catalog, key, resources["notifier"]
-        )
+        outcome = run_night(build_definitions(self.catalog), self.instance, catalog, key, resources)
         self.keys.append(key)
-        return key, {s.stage: s for s in resources["warehouse"].store().stages(key)}, outcome
+        with dg.build_resources({"warehouse": resources["warehouse"]}) as resolved:  # EnvVars resolved
+            stages = {s.stage: s for s in resolved.warehouse.store().stages(key)}
+        return key, stages, outcome
 
 
 @pytest.fixture

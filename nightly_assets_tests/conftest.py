@@ -11,6 +11,8 @@ pytest_plugins = [
     "nightly_assets_tests.peers.tpu_api",
     "nightly_assets_tests.peers.sshd",
     "nightly_assets_tests.peers.github_api",
+    "nightly_assets_tests.peers.gcs",
+    "nightly_assets_tests.peers.slack_api",
     "nightly_assets_tests.tpu_harness",
     "nightly_assets_tests.catalog_nights",
 ]
@@ -24,6 +26,8 @@ def nightly_home(tmp_path, monkeypatch):
     monkeypatch.setenv("NIGHTLY_ENV", "local")
     monkeypatch.delenv("NIGHTLY_WAREHOUSE_URL", raising=False)
     monkeypatch.delenv("NIGHTLY_CATALOG_DIR", raising=False)
+    for name in ("NIGHTLY_ARTEFACTS_BUCKET", "NIGHTLY_ARTEFACTS_URL", "STORAGE_EMULATOR_HOST"):
+        monkeypatch.delenv(name, raising=False)
     # No engine unless a test asks for one (the `docker_engine` fixture): the demo then takes
     # its virtualenv path whatever the developer's machine runs.
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/nightly-no-docker.sock")

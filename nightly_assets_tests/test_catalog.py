@@ -132,6 +132,17 @@ def test_builtin_catalog_has_the_seed_values():
             lambda d: d["stages"][1]["params"].update(repo="tf"),
             "builds from unknown repository 'tf'",
         ),
+        (
+            "demo",  # a sample repository is made under NIGHTLY_HOME: never at a path of the YAML's choosing
+            lambda d: d["repositories"][0].update(url="sample:/etc/nightly"),
+            "repositories[0:nightlysample].url: expected sample:<name>, a plain name "
+            "(letters, digits, . _ -) (got 'sample:/etc/nightly')",
+        ),
+        (
+            "demo",
+            lambda d: d["repositories"][0].update(url="sample:../../outside"),
+            "expected sample:<name>, a plain name",
+        ),
     ],
 )
 def test_bad_pipeline_entry_names_file_field_and_expectation(catalog_copy, pipeline, change, expected):

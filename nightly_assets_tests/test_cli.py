@@ -1,10 +1,23 @@
 """`nightly run` and `nightly status` as a release engineer types them."""
 
+import datetime as dt
 import json
+import os
+import signal
+import uuid
 
+import dagster as dg
 import pytest
 
 from nightly_assets.cli import main
+from nightly_assets.results import NightKey
+from nightly_assets.warehouse.store import Warehouse
+from nightly_assets_tests.cli_nights import (
+    processes_with,
+    start_night_with_a_slow_benchmark,
+    wait_for_the_benchmark,
+)
+from nightly_assets_tests.peers.process import free_port
 
 
 @pytest.fixture
@@ -33,7 +46,7 @@ def test_run_prints_progress_and_the_summary_then_status_shows_the_night(dagster
 
     assert main(["status", "--pipeline", "demo"]) == 0
     text = capsys.readouterr().out
-    assert "2026-11-03  cpu             success   9/9" in text
+    assert "2026-11-03  cpu             success    9/9" in text
 
 
 def test_status_before_any_night_says_how_to_run_one(dagster_home, capsys):
@@ -46,6 +59,7 @@ def test_status_before_any_night_says_how_to_run_one(dagster_home, capsys):
     [
         (["run", "nope", "--night", "2026-11-03"], "unknown pipeline 'nope'; the catalog has: demo, dynamo"),
         (["run", "demo", "--night", "03/11/2026"], "--night '03/11/2026': expected a date as YYYY-MM-DD"),
+        (["run", "demo", "--night", "20261103"], "--night '20261103': expected a date as YYYY-MM-DD"),
         (["run", "demo", "--night", "2020-01-01"], "pipeline 'demo' has nights from 2026-11-01"),
         (
             ["run", "demo", "--night", "2026-11-03", "--target", "gpu"],
@@ -57,3 +71,141 @@ def test_status_before_any_night_says_how_to_run_one(dagster_home, capsys):
 def test_bad_arguments_exit_2_with_a_clear_message(dagster_home, capsys, argv, message):
     assert main(argv) == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_an_interrupted_night_ends_cancelled_with_no_error_alert_and_no_process_left(
+    dagster_home, nightly_home, tmp_path, signum
+):
+    """SIGTERM (a scheduler stopping the job) or Ctrl-C during a stage: the run is cancelled, the
+    stage and the night say `cancelled`, nobody is paged, and the stage's processes are gone."""
+    marker = f"nightly-interrupt-{uuid.uuid4().hex}"
+    cli = start_night_with_a_slow_benchmark(tmp_path, marker)
+    try:
+        lines = wait_for_the_benchmark(cli, marker)
+        cli.send_signal(signum)
+        rest, _ = cli.communicate(timeout=120)
+    finally:
+        cli.kill()
+    output = "".join(lines) + rest
+    assert cli.returncode == 130, output
+    assert "CANCELLED demo__benchmarks (interrupted)" in output
+    assert "demo/2026-11-03/cpu interrupted; the night is cancelled" in output
+    assert processes_with(marker) == [], "a process of the interrupted stage is still running"
+
+    store = Warehouse(f"sqlite:///{nightly_home}/warehouse.sqlite")
+    key = NightKey("demo", dt.date(2026, 11, 3), "cpu")
+    night = store.night(key)
+    assert night is not None and night.status == "cancelled"
+    stages = {s.stage: s.status for s in store.stages(key)}
+    assert stages["benchmarks"] == "cancelled" and "running" not in stages.values()
+    alerts = nightly_home / "alerts.jsonl"
+    assert not alerts.exists() or '"severity": "error"' not in alerts.read_text()
+    instance = dg.DagsterInstance.from_config(str(dagster_home))
+    statuses = [r.status for r in instance.get_runs() if r.job_name == "demo_nightly"]
+    assert statuses == [dg.DagsterRunStatus.CANCELED]
+
+
+@pytest.mark.mysql
+@pytest.mark.slow
+def test_every_command_works_on_the_mysql_warehouse(dagster_home, monkeypatch, capsys, mysql_url):
+    """NIGHTLY_WAREHOUSE_URL reaches Dagster as an EnvVar: the CLI resolves it as a run does."""
+    monkeypatch.setenv("NIGHTLY_WAREHOUSE_URL", mysql_url)
+    assert main(["status"]) == 0
+    assert "no nights recorded yet" in capsys.readouterr().out
+    assert main(["run", "demo", "--night", "2026-11-07"]) == 1  # 0.2.0: test_mean fails
+    out = capsys.readouterr().out
+    assert "FAILED   demo__tests_unit: 9 passed, 1 failed of 10:" in out
+    assert "tests.test_reduce::test_mean: assert" in out
+    assert "!! alert (error): demo night 2026-11-07 cpu failed" in out
+    assert main(["status", "--json"]) == 0
+    [row] = json.loads(capsys.readouterr().out)
+    assert (row["night"], row["status"], row["stages"]["tests_unit"]) == ("2026-11-07", "failure", "failure")
+    assert row["failed_checks"][0]["check"] == "tests_passed"
+    assert Warehouse(mysql_url).night(NightKey("demo", dt.date(2026, 11, 7), "cpu")) is not None
+
+
+@pytest.mark.mysql
+@pytest.mark.parametrize("command", [["status"], ["run", "demo", "--night", "2026-11-03"]])
+def test_an_unreachable_warehouse_is_one_line_and_exit_2(dagster_home, monkeypatch, capsys, command):
+    monkeypatch.setenv("NIGHTLY_WAREHOUSE_URL", "mysql+pymysql://root:hunter2@127.0.0.1:3306/nightly_nope")
+    assert main(command) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(
+        "nightly: cannot open warehouse mysql+pymysql://root:***@127.0.0.1:3306/nightly_nope:"
+    )
+    assert "Access denied" in err and len(err.strip().splitlines()) == 1
+    assert "hunter2" not in err
+
+
+def test_prod_without_its_settings_names_them(dagster_home, monkeypatch, capsys):
+    monkeypatch.setenv("NIGHTLY_ENV", "prod")
+    for name in ("NIGHTLY_WAREHOUSE_URL", "NIGHTLY_ARTEFACTS_BUCKET", "SLACK_BOT_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    assert main(["status"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        "nightly: resources (prod): environment variable(s) not set: NIGHTLY_ARTEFACTS_BUCKET, "
+        "NIGHTLY_WAREHOUSE_URL, SLACK_BOT_TOKEN (see the README's Configuration)"
+    )
+
+
+@pytest.mark.slow
+def test_a_killed_night_is_repaired_by_the_sensor_and_the_next_run_says_so(
+    dagster_home, nightly_home, tmp_path, monkeypatch, capsys
+):
+    """`nightly run` killed outright (no cleanup possible) leaves its night `running` and its Dagster
+    run STARTED. The repair sensor sees the process is gone, fails the run, ends the stage and asks
+    for the summary; the next run of the night says what it replaces."""
+    from nightly_assets.definitions import build_definitions
+    from nightly_assets.resources import resources_for
+
+    marker = f"nightly-killed-{uuid.uuid4().hex}"
+    cli = start_night_with_a_slow_benchmark(tmp_path, marker)
+    try:
+        wait_for_the_benchmark(cli, marker)
+        cli.kill()
+        cli.wait(timeout=30)
+    finally:
+        for pid in processes_with(marker):  # a SIGKILLed parent cannot end its children
+            os.kill(pid, signal.SIGKILL)
+    key = NightKey("demo", dt.date(2026, 11, 3), "cpu")
+    store = Warehouse(f"sqlite:///{nightly_home}/warehouse.sqlite")
+    night = store.night(key)
+    assert night is not None and night.status == "running"
+    instance = dg.DagsterInstance.from_config(str(dagster_home))
+    [run] = instance.get_runs(dg.RunsFilter(job_name="demo_nightly"))
+    assert run.status == dg.DagsterRunStatus.STARTED
+
+    monkeypatch.setenv("NIGHTLY_CATALOG_DIR", str(tmp_path / "catalog"))
+    defs = build_definitions(tmp_path / "catalog")
+    sensor = defs.resolve_sensor_def("night_status_repair")
+    resources = {name: resources_for("local", nightly_home)[name] for name in ("warehouse", "notifier")}
+    with dg.build_sensor_context(instance=instance, resources=resources) as context:
+        [request] = sensor(context)
+    assert (request.job_name, request.partition_key) == ("demo_summary", "2026-11-03|cpu")
+    run = instance.get_run_by_id(run.run_id)
+    assert run is not None and run.status == dg.DagsterRunStatus.FAILURE
+    assert {s.stage: s.status for s in store.stages(key)}["benchmarks"] == "failure"
+    with dg.build_sensor_context(instance=instance, resources=resources) as context:
+        assert sensor(context) == [request]  # the same request: Dagster's run key keeps it to one run
+
+    monkeypatch.delenv("NIGHTLY_CATALOG_DIR")  # the shipped catalog: a benchmark that ends
+    assert main(["run", "demo", "--night", "2026-11-03"]) == 0
+    out = capsys.readouterr().out
+    assert f"demo/2026-11-03/cpu was left running after its runs ended ({run.run_id[:8]} failure)" in out
+    assert "this run replaces it" in out
+    night = store.night(key)
+    assert night is not None and night.status == "success"
+
+
+def test_status_on_a_database_that_is_down_says_so_in_one_line_within_seconds(
+    dagster_home, monkeypatch, capsys
+):
+    """Nothing listens: connection refused is retried (a restart may be under way), briefly."""
+    port = free_port()
+    monkeypatch.setenv("NIGHTLY_WAREHOUSE_URL", f"mysql+pymysql://root@127.0.0.1:{port}/nightly")
+    assert main(["status"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "Connection refused" in lines[0], lines

@@ -103,7 +103,7 @@ class ImageNights:
 
     def run(self, night: str, target: str = "alpha-amd64", expect_success: bool = True) -> NightOutcome:
         key = NightKey("images", dt.date.fromisoformat(night), target)
-        outcome = run_night(self.defs, self.instance, self.catalog, key, self.resources["notifier"])
+        outcome = run_night(self.defs, self.instance, self.catalog, key, self.resources)
         if expect_success:
             failed = [f"{s.stage}: {s.detail}" for s in self.store.stages(key) if s.status != "success"]
             assert outcome.succeeded, "\n".join(failed)
@@ -349,7 +349,7 @@ def test_demo_night_runs_in_containers_when_an_engine_is_there(
     with dg.instance_for_test(temp_dir=str(tmp_path / "dagster_home")) as instance:
         resources = resources_for("local", nightly_home)
         key = NightKey("demo", dt.date(2026, 11, 3), "cpu")
-        outcome = run_night(build_definitions(), instance, load_catalog(), key, resources["notifier"])
+        outcome = run_night(build_definitions(), instance, load_catalog(), key, resources)
         assert outcome.succeeded
     night = nightly_home / "artefacts/demo/2026-11-03/cpu"
     image = json.loads((night / "image/manifest.json").read_text())
@@ -415,7 +415,7 @@ def test_an_image_pull_stage_pulls_with_the_registrys_credentials_and_pins_the_d
             image_nights.instance,
             catalog,
             key,
-            image_nights.resources["notifier"],
+            image_nights.resources,
         )
         return {s.stage: s for s in image_nights.store.stages(key)}
 

@@ -155,6 +155,8 @@ def test_schedules_jobs_and_sensors(defs):
     assert {s.name for s in defs.sensors} == {
         "night_failure_alerts",
         "night_check_alerts",
+        "night_cancelled",
+        "night_status_repair",
         "tpu_pr_label",  # tier 3 of seed 003
         "tpu_vm_sweeper",
     }
@@ -172,3 +174,41 @@ def test_schedule_requests_one_run_per_target_for_the_night_that_ended(defs):
         requests = schedule.evaluate_tick(context).run_requests
     assert [r.partition_key for r in requests] == [f"2026-11-21|{t}" for t in EXPECTED_TARGETS["dynamo"]]
     assert len({r.run_key for r in requests}) == 6
+
+
+def test_checks_are_evaluated_per_night_and_target(graph):
+    """Partitioned checks: the UI's check history names the night each result judged."""
+    for check_key in graph.asset_check_keys:
+        spec = graph.get_check_spec(check_key)
+        assert spec.partitions_def == graph.get(check_key.asset_key).partitions_def, check_key
+
+
+def test_prod_definitions_load_and_their_resources_resolve(monkeypatch, tmp_path):
+    """NIGHTLY_ENV=prod: the code location loads with no secret set (they resolve per run), and with
+    them set, the resources a run gets are Slack, the GCS artefact store and the warehouse URL."""
+    from dagster_slack import SlackResource
+
+    from nightly_assets.artefacts.resources import GcsArtefactStoreResource
+    from nightly_assets.reporting.resources import SlackNotifierResource
+    from nightly_assets.resources import resources_for
+
+    monkeypatch.setenv("NIGHTLY_ENV", "prod")
+    monkeypatch.setenv("NIGHTLY_HOME", str(tmp_path / "home"))
+    for name in ("NIGHTLY_WAREHOUSE_URL", "SLACK_BOT_TOKEN", "NIGHTLY_ARTEFACTS_BUCKET"):
+        monkeypatch.delenv(name, raising=False)
+    prod = build_definitions()
+    assert {s.name for s in prod.schedules if s.default_status == dg.DefaultScheduleStatus.RUNNING} == {
+        f"{p}_schedule" for p in EXPECTED_CRON
+    }
+    prod.resolve_all_job_defs()
+
+    monkeypatch.setenv("NIGHTLY_WAREHOUSE_URL", f"sqlite:///{tmp_path}/w.sqlite")
+    monkeypatch.setenv("SLACK_BOT_TOKEN", "xoxb-test-token")
+    monkeypatch.setenv("NIGHTLY_ARTEFACTS_BUCKET", "nightly-artefacts")
+    with dg.build_resources(resources_for("prod", tmp_path / "home")) as resources:
+        assert isinstance(resources.notifier, SlackNotifierResource)
+        assert isinstance(resources.notifier.slack, SlackResource)
+        assert resources.notifier.slack.token == "xoxb-test-token"
+        assert isinstance(resources.artefacts, GcsArtefactStoreResource)
+        assert resources.artefacts.bucket == "nightly-artefacts"
+        assert resources.warehouse.store().nights() == []

@@ -32,7 +32,7 @@ class Night:
 
     def run(self, night: str, pipeline: str = "demo", target: str = "cpu") -> NightOutcome:
         key = NightKey(pipeline, dt.date.fromisoformat(night), target)
-        return run_night(self.defs, self.instance, self.catalog, key, self.resources["notifier"])
+        return run_night(self.defs, self.instance, self.catalog, key, self.resources)
 
     @property
     def store(self):
@@ -104,7 +104,10 @@ def test_failing_tests_block_release_and_alert_with_the_failure(nights):
     assert night.status == "failure"
     errors = [a for a in nights.alerts() if a["severity"] == "error"]
     assert len(errors) == 1 and errors[0]["partition"] == "2026-11-07|cpu"
-    assert any("tests_unit:tests_passed failed: " in line for line in errors[0]["lines"])
+    # The alert names the stage, the count and the failing test with its message.
+    [line] = errors[0]["lines"]
+    assert line.startswith("tests_unit failed: ") and "1 failed of" in line
+    assert "test_reduce::test_mean: assert" in line
     rows = {s.stage: s.status for s in nights.store.stages(key("2026-11-07"))}
     assert rows["tests_unit"] == "failure" and "release" not in rows
 
@@ -149,6 +152,18 @@ def test_a_perf_regression_warns_without_blocking(nights):
     warns = [a for a in nights.alerts() if a["severity"] == "warn"]
     assert len(warns) == 1
     assert "benchmarks_within_baseline failed: matmul_64" in warns[0]["lines"][0]
+    # The night is `warn`, not `success`, wherever its status is read.
+    night = next(n for n in nights.store.nights("demo") if n.night == dt.date(2026, 11, 19))
+    assert night.status == "warn"
+    [check] = [c for c in nights.store.checks(key("2026-11-19")) if not c.passed]
+    assert (check.stage, check.name, check.severity) == (
+        "perf_baseline",
+        "benchmarks_within_baseline",
+        "WARN",
+    )
+    summary = (nights.home / "artefacts/demo/2026-11-19/cpu/night_summary/summary.md").read_text()
+    assert "## demo — night 2026-11-19 — cpu: warn" in summary
+    assert "| perf_baseline | benchmarks_within_baseline | WARN | matmul_64:" in summary
     comparison = json.loads(
         (nights.home / "artefacts/demo/2026-11-19/cpu/perf_baseline/manifest.json").read_text()
     )["comparison"]
@@ -197,7 +212,7 @@ def test_a_failed_build_starts_no_test(nights, tmp_path, monkeypatch):
     summary = (nights.home / "artefacts/demo/2026-11-03/cpu/night_summary/summary.md").read_text()
     assert "| wheels | failure | local |" in summary
     assert "| tests_unit | skipped | - |" in summary
-    assert any("demo__wheels failed" in line for a in nights.alerts() for line in a["lines"])
+    assert any(line.startswith("wheels failed: ") for a in nights.alerts() for line in a["lines"])
 
 
 @pytest.mark.mysql
@@ -224,17 +239,21 @@ def test_failure_sensor_alerts_and_requests_the_summary_run(nights, tmp_path):
     failure = nights.instance.all_logs(outcome.run.run_id, of_type=DagsterEventType.RUN_FAILURE)[0]
     sensor = next(s for s in nights.defs.sensors if s.name == "night_failure_alerts")
     inbox = tmp_path / "sensor_alerts.jsonl"
-    context = dg.build_run_status_sensor_context(
+    nights.instance.add_run_tags(outcome.run.run_id, {"nightly/followed_up": ""})  # as if nobody had yet
+    with dg.build_run_status_sensor_context(
         sensor_name=sensor.name,
         dagster_event=failure.dagster_event,
         dagster_instance=nights.instance,
         dagster_run=outcome.run,
-        resources={"notifier": FileNotifierResource(path=str(inbox))},
-    ).for_run_failure()
-    request = sensor(context)
+        resources={
+            "notifier": FileNotifierResource(path=str(inbox)),
+            "warehouse": nights.resources["warehouse"],
+        },
+    ).for_run_failure() as context:
+        [request] = sensor(context)
     assert isinstance(request, dg.RunRequest)
     assert request.job_name == "demo_summary" and request.partition_key == "2026-11-07|cpu"
-    assert request.run_key == f"summary-{outcome.run.run_id}"
+    assert request.run_key == f"summary-{outcome.run.run_id}-2026-11-07|cpu"
     alerts = [json.loads(line) for line in inbox.read_text().splitlines()]
     assert [a["severity"] for a in alerts] == ["error"]
     assert alerts[0]["channel"] == "#nightly-demo"

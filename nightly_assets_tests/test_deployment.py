@@ -17,6 +17,7 @@ import re
 import secrets
 import shutil
 import subprocess
+import sys
 import tarfile
 import time
 import uuid
@@ -54,7 +55,12 @@ SECRET_VARS = (
     "NIGHTLY_REGISTRY_ACR_PASSWORD",
 )
 # What `docker-compose config` refuses to go without.
-REQUIRED_VARS = ("DAGSTER_POSTGRES_PASSWORD", "SLACK_BOT_TOKEN", "NIGHTLY_WAREHOUSE_URL")
+REQUIRED_VARS = (
+    "DAGSTER_POSTGRES_PASSWORD",
+    "SLACK_BOT_TOKEN",
+    "NIGHTLY_WAREHOUSE_URL",
+    "NIGHTLY_ARTEFACTS_BUCKET",
+)
 DAGSTER_SERVICES = ("webserver", "daemon")
 USER_CODE = "user_code"
 POSTGRES_HOST = "127.0.0.1"
@@ -63,8 +69,9 @@ POSTGRES_ADMIN_USER = os.environ.get("NIGHTLY_TEST_POSTGRES_USER", "postgres")
 
 
 def _secret_values() -> dict[str, str]:
-    """Fresh, unguessable values: if one shows up in a file, the file wrote a value in."""
-    return {name: f"{name.lower()}-{secrets.token_hex(8)}" for name in SECRET_VARS}
+    """Fresh, unguessable values of the secrets and the other required settings: if one shows up
+    in a file, the file wrote a value in."""
+    return {name: f"{name.lower()}-{secrets.token_hex(8)}" for name in (*SECRET_VARS, *REQUIRED_VARS)}
 
 
 def _deploy_config() -> dict[str, Any]:
@@ -203,6 +210,8 @@ def deploy_env(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
         "NIGHTLY_REGISTRY_ECR_USERNAME": "",
         "NIGHTLY_REGISTRY_ACR_URL": "",
         "NIGHTLY_REGISTRY_ACR_USERNAME": "",
+        "NIGHTLY_GCP_PROJECT": "",
+        "GOOGLE_APPLICATION_CREDENTIALS": "",
         "DOCKER_HOST": os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock"),
     }
     for name, value in env.items():
@@ -486,3 +495,70 @@ def test_run_container_is_removed_and_its_logs_are_kept(
             if leftover.name == created_network:
                 leftover.remove()
         client.close()
+
+
+# -- the user_code service's code server ----------------------------------------------------------
+
+
+def _dockerfile_cmd() -> list[str]:
+    lines = (DEPLOY / "Dockerfile").read_text().splitlines()
+    line = next(text for text in lines if text.startswith("CMD "))
+    command = json.loads(line.removeprefix("CMD "))
+    assert isinstance(command, list)
+    return [str(part) for part in command]
+
+
+def test_the_code_server_starts_with_the_prod_definitions(
+    compose_config: dict[str, Any], tmp_path: Path
+) -> None:
+    """The user_code service's own command, with the environment compose gives it (NIGHTLY_ENV=prod),
+    run on this machine (building the image needs PyPI): it serves every pipeline, schedules on."""
+    from dagster._core.remote_origin import GrpcServerCodeLocationOrigin
+    from dagster._core.remote_representation.code_location import GrpcServerCodeLocation
+    from dagster._grpc.client import DagsterGrpcClient
+
+    from nightly_assets_tests.peers.process import free_port, stop_process
+
+    command = _dockerfile_cmd()
+    assert command[:3] == ["dagster", "code-server", "start"]
+    port = free_port()
+    command[0] = str(Path(sys.executable).parent / "dagster")
+    command[command.index("-h") + 1] = "127.0.0.1"
+    command[command.index("-p") + 1] = str(port)
+    service_env = {k: str(v) for k, v in compose_config["services"][USER_CODE]["environment"].items()}
+    assert service_env["NIGHTLY_ENV"] == "prod"
+    env = {
+        **service_env,
+        "PATH": os.environ["PATH"],
+        "HOME": str(tmp_path),
+        "DAGSTER_HOME": str(tmp_path / "dagster_home"),
+        "NIGHTLY_HOME": str(tmp_path / "nightly"),
+    }
+    (tmp_path / "dagster_home").mkdir()
+    log = tmp_path / "code_server.log"
+    with log.open("wb") as out:
+        server = subprocess.Popen(command, env=env, cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        client = DagsterGrpcClient(port=port, host="127.0.0.1")
+        deadline = time.monotonic() + 120
+        while True:
+            assert server.poll() is None, f"the code server exited {server.returncode}:\n{log.read_text()}"
+            try:
+                client.ping("up")
+                break
+            except Exception:
+                assert time.monotonic() < deadline, f"no answer on {port}:\n{log.read_text()}"
+                time.sleep(0.5)
+        origin = GrpcServerCodeLocationOrigin(host="127.0.0.1", port=port, location_name="nightly_assets")
+        with DagsterInstance.ephemeral() as instance:
+            location = GrpcServerCodeLocation(origin=origin, instance=instance, watch_server=False)
+            [repository] = location.get_repositories().values()
+            jobs = {job.name for job in repository.get_all_jobs()}
+            schedules = {s.name: s.default_status for s in repository.get_schedules()}
+            location.cleanup()
+    finally:
+        stop_process(server, 10)
+    assert {"demo_nightly", "dynamo_nightly", "tpu_nightly", "tf_theta_summary", "tpu_pr"} <= jobs
+    assert len(schedules) == 7, schedules
+    assert all(str(status).endswith("RUNNING") for status in schedules.values()), schedules
+    assert "Traceback" not in log.read_text()

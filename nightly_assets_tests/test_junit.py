@@ -8,6 +8,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import dagster as dg
 import pytest
 
 from nightly_assets.results import TestCase, TestReport
@@ -179,11 +180,15 @@ def test_report_metadata_of_a_real_run(junit_file: Path) -> None:
     assert metadata["runner"] == "local"
     assert metadata["collect_only"] is False
     assert metadata["duration_s"] == report.duration_s
-    assert all(isinstance(v, (int, float, str)) for v in metadata.values())
-    table = str(metadata["failures_md"]).splitlines()
+    # The failing tests render in the UI: Markdown and a table, not raw pipe text.
+    assert isinstance(metadata["failures"], dg.MarkdownMetadataValue)
+    table = metadata["failures"].value.splitlines()
     assert table[0] == "| test | outcome | message |"
     assert len(table) == 2 + 3  # header, separator, 2 failed + 1 error
     assert any("test_sample::test_query | error |" in row for row in table)
+    records = metadata["failed_tests"].value.records  # type: ignore[union-attr]
+    assert [r.data["outcome"] for r in records].count("error") == 1 and len(records) == 3
+    assert all(isinstance(v, (int, float, str, dg.MetadataValue)) for v in metadata.values())
 
 
 # --- hand-written JUnit shapes ----------------------------------------------------------------
@@ -254,7 +259,7 @@ def test_failures_md_escapes_cuts_and_caps_rows() -> None:
 
     metadata = report_metadata(report)
 
-    rows = str(metadata["failures_md"]).splitlines()
+    rows = metadata["failures"].value.splitlines()  # type: ignore[union-attr]
     assert rows[2].startswith("| mod::test_0 | failed | line one \\| pipe line two yyy")
     message_cell = rows[2].split(" | ", 2)[2].removesuffix(" |")
     assert len(message_cell.replace("\\|", "|")) == 200
@@ -269,7 +274,8 @@ def test_report_metadata_when_nothing_ran() -> None:
     metadata = report_metadata(report)
 
     assert metadata["pass_rate"] == 1.0
-    assert metadata["failures_md"] == "none"
+    assert metadata["failures"].value == "none"  # type: ignore[union-attr]
+    assert metadata["failed_tests"].value.records == []  # type: ignore[union-attr]
 
 
 # --- pytest --collect-only ------------------------------------------------------------------
@@ -527,3 +533,17 @@ def test_empty_file_list() -> None:
 
 def test_junit_error_is_a_value_error() -> None:
     assert issubclass(JUnitError, ValueError)
+
+
+def test_suites_nested_past_the_recursion_limit_parse(tmp_path: Path) -> None:
+    depth = 5000  # Python's recursion limit is 1000
+    path = tmp_path / "deep.xml"
+    path.write_text(
+        "<testsuites>"
+        + "<testsuite name='s' time='1.5'>" * depth
+        + "<testcase classname='c' name='deep'><failure message='boom'/></testcase>"
+        + "</testsuite>" * depth
+        + "<testsuite name='t'><testcase classname='c' name='shallow'/></testsuite></testsuites>"
+    )
+    report = parse_junit(path, suite="s")
+    assert [(c.name, c.outcome) for c in report.cases] == [("deep", "failed"), ("shallow", "passed")]

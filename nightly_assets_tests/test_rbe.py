@@ -297,7 +297,7 @@ def test_credentials_stay_in_the_private_rc_file(
     log = run.log_path.read_text()
     assert run.mode == "remote" and run.exit_code == bz.EXIT_PASSED
     assert f"--remote_header=authorization={bz.REDACTED}" in log  # Bazel did print it, redacted
-    for text in (log, run.command_line, repr(run), json.dumps(run.metadata()), repr(resource)):
+    for text in (log, run.command_line, repr(run), repr(run.metadata()), repr(resource)):
         assert SECRET not in text
     assert not list((bazel_peer.output_user_root / "nightly-rc").glob("*.bazelrc"))  # removed after the run
 
@@ -361,7 +361,12 @@ def test_remote_error_during_the_build_reruns_locally(
     assert run.fallback_reason is not None and "exited 34" in run.fallback_reason
     assert "UNAUTHENTICATED: Credentials require channel with PRIVACY_AND_INTEGRITY" in run.fallback_reason
     remote_log = (tmp_path / "out" / "bazel-test-remote.log").read_text()
-    for text in (remote_log, run.log_path.read_text(), run.command_line, json.dumps(run.metadata())):
+    for text in (
+        remote_log,
+        run.log_path.read_text(),
+        run.command_line,
+        repr(run.metadata()),
+    ):
         assert SECRET not in text
     assert [c.outcome for c in run.report.cases] == ["passed"]
 

@@ -106,6 +106,7 @@ def test_a_failed_vm_fails_the_night_with_its_reason_and_leaves_no_node(
         env["NIGHTLY_TPU_READY_TIMEOUT_S"] = "1"
     else:
         tpu_api.quota_exhausted = True
+        env["NIGHTLY_TPU_CREATE_RETRY_S"] = "2"  # asked again for 2 s, then the night fails
     try:
         outcome, _ = tpu_night(sleep_s=30, env=env)
     finally:

@@ -9,7 +9,9 @@ import base64
 import getpass
 import json
 import logging
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,7 +24,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from nightly_assets.testing.junit import parse_junit
-from nightly_assets.tpu import TpuApiError, TpuQuotaError, TpuRunOutcome, TpuSuite, TpuTarget, TpuVmResource
+from nightly_assets.tpu import TpuQuotaError, TpuRunOutcome, TpuSuite, TpuTarget, TpuVmResource
 from nightly_assets.tpu.nodes import label_value, node_id_for
 from nightly_assets.tpu.ssh import PID_FILE, remote_command
 from nightly_assets_tests.peers.sshd import Sshd
@@ -361,11 +363,74 @@ def test_a_quota_error_names_zone_and_accelerator_and_leaves_nothing(
     else:
         tpu_api.quota_in_operation = True
     with pytest.raises(TpuQuotaError, match=r"v6e-1 in zone us-central1-b") as raised:
-        make_vms().run_suite(target, pytest_suite(suite_file), run_id=RUN_ID, night=NIGHT, out_dir=tmp_path)
+        make_vms(create_retry_s=1).run_suite(
+            target, pytest_suite(suite_file), run_id=RUN_ID, night=NIGHT, out_dir=tmp_path
+        )
     outcome = raised.value.tpu_outcome  # type: ignore[attr-defined]
     assert outcome.reason == "quota" and "RESOURCE_EXHAUSTED" in outcome.detail
-    if where == "create_call":
+    if where == "create_call":  # refused: nothing was made, nothing is paid for
         assert outcome.cost_usd == 0 and outcome.lifetime_s == 0
+        assert "nothing was created" in str(raised.value)
+    else:  # the create's operation failed after the node was made: it was deleted, and it cost
+        assert "the request had made a node, which is deleted now" in str(raised.value)
+        assert "nothing was created" not in str(raised.value)
+        assert any(method == "DELETE" for method, _ in tpu_api.requests)
+    assert_no_vm_left(tpu_api)
+
+
+@pytest.mark.tpu
+@pytest.mark.ssh
+def test_a_create_answered_429_is_asked_again_until_it_goes_through(
+    make_vms, tpu_api: FakeTpuApi, target, tmp_path
+) -> None:
+    tpu_api.rate_limited_creates = 2  # "Too many requests; retry later", twice
+    outcome = make_vms(create_retry_s=30).run_suite(
+        target, TpuSuite(argv=["true"]), run_id=RUN_ID, night=NIGHT, out_dir=tmp_path / "out"
+    )
+    assert outcome.completed and outcome.exit_code == 0
+    creates = [path for method, path in tpu_api.requests if method == "POST" and path.endswith("/nodes")]
+    assert len(creates) == 3 and len(tpu_api.created) == 1
+    assert_no_vm_left(tpu_api)
+
+
+@pytest.mark.tpu
+@pytest.mark.ssh
+def test_a_429_that_outlasts_the_retry_budget_is_a_quota_error_naming_the_attempts(
+    make_vms, tpu_api: FakeTpuApi, target, tmp_path
+) -> None:
+    tpu_api.rate_limited_creates = 100
+    with pytest.raises(TpuQuotaError, match=r"asked \d+ times over 2 s\)\); nothing was created"):
+        make_vms(create_retry_s=2).run_suite(
+            target, TpuSuite(argv=["true"]), run_id=RUN_ID, night=NIGHT, out_dir=tmp_path / "out"
+        )
+    assert_no_vm_left(tpu_api)
+
+
+@pytest.mark.tpu
+@pytest.mark.ssh
+def test_a_second_interrupt_during_the_delete_waits_for_it(
+    make_vms, tpu_api: FakeTpuApi, target, suite_file, tmp_path, caplog
+) -> None:
+    """Ctrl-C, then Ctrl-C again while the VM is being deleted: the delete finishes first."""
+    tpu_api.delete_answer_delay_s = 1.5
+
+    def cancel_then_interrupt_again() -> None:
+        threading.Timer(0.5, signal.raise_signal, args=(signal.SIGINT,)).start()  # during the delete
+        raise KeyboardInterrupt
+
+    with pytest.raises(BaseException) as raised:
+        make_vms().run_suite(
+            target,
+            pytest_suite(suite_file, sleep_s=60),
+            run_id=RUN_ID,
+            night=NIGHT,
+            out_dir=tmp_path / "out",
+            on_output=when_started(cancel_then_interrupt_again),
+        )
+    assert raised.type is KeyboardInterrupt
+    outcome = raised.value.tpu_outcome  # type: ignore[attr-defined]
+    assert outcome.reason == "cancelled" and outcome.deleted_at is not None and outcome.delete_error is None
+    assert "SIGINT received while deleting TPU node" in caplog.text
     assert_no_vm_left(tpu_api)
 
 
@@ -392,17 +457,15 @@ def test_a_vm_with_another_host_key_than_its_node_published_is_refused(
 
 @pytest.mark.tpu
 @pytest.mark.ssh
-def test_a_delete_that_keeps_failing_is_an_error_and_the_sweeper_gets_the_node_later(
+def test_a_delete_that_keeps_failing_keeps_the_results_and_the_sweeper_gets_the_node_later(
     make_vms, tpu_api: FakeTpuApi, target, tmp_path, caplog
 ) -> None:
     tpu_api.delete_unavailable = True
     suite = TpuSuite(argv=["true"])
-    with pytest.raises(TpuApiError, match="could not be deleted") as raised:
-        make_vms(api_timeout_s=0.3, delete_timeout_s=1).run_suite(
-            target, suite, run_id="lost-run", night=NIGHT, out_dir=tmp_path / "out"
-        )
-    outcome = raised.value.tpu_outcome  # type: ignore[attr-defined]
-    assert outcome.completed and outcome.exit_code == 0
+    outcome = make_vms(api_timeout_s=0.3, delete_timeout_s=1).run_suite(
+        target, suite, run_id="lost-run", night=NIGHT, out_dir=tmp_path / "out"
+    )
+    assert outcome.completed and outcome.exit_code == 0  # the suite's results stand
     assert outcome.deleted_at is None and "HTTP 503 ServiceUnavailable" in (outcome.delete_error or "")
     assert "may be left running" in caplog.text
     assert tpu_api.node_names() == [outcome.node_name]
@@ -509,6 +572,20 @@ def test_the_sweeper_deletes_this_tools_nodes_whose_run_is_gone(
 
 
 # -- unit: catalog params, labels ------------------------------------------------------------
+
+
+def test_the_tpu_timeouts_are_settable_from_the_environment(monkeypatch) -> None:
+    from nightly_assets.tpu.resources import tpu_vms_from_env
+
+    monkeypatch.setenv("NIGHTLY_TPU_DELETE_TIMEOUT_S", "1200")
+    monkeypatch.setenv("NIGHTLY_TPU_SSH_CONNECT_TIMEOUT_S", "45")
+    monkeypatch.setenv("NIGHTLY_TPU_CREATE_RETRY_S", "90")
+    settings = tpu_vms_from_env().settings()
+    assert (settings.delete_timeout_s, settings.ssh_connect_timeout_s, settings.create_retry_s) == (
+        1200,
+        45,
+        90,
+    )
 
 
 def test_target_params_are_checked_and_named() -> None:

@@ -56,7 +56,16 @@ def test_report_recorded_twice_replaces_rows(warehouse: Warehouse) -> None:
     warehouse.record_test_report(OTHER_TARGET, _report())
     first = warehouse.row_counts(KEY)
     warehouse.record_test_report(KEY, _report())
-    assert first == {"nights": 0, "stages": 0, "suites": 1, "test_cases": 3, "benchmarks": 0, "costs": 0}
+    assert first == {
+        "nights": 0,
+        "stages": 0,
+        "suites": 1,
+        "test_cases": 3,
+        "benchmarks": 0,
+        "costs": 0,
+        "checks": 0,
+        "leases": 0,
+    }
     assert warehouse.row_counts(KEY) == first
 
     warehouse.record_test_report(KEY, _report(fail=True))
@@ -185,7 +194,7 @@ def test_nights_returns_pins_as_dict(warehouse: Warehouse) -> None:
 
 def test_unreachable_mysql_hides_password() -> None:
     with pytest.raises(WarehouseError) as info:
-        Warehouse("mysql+pymysql://root:s3cret@127.0.0.1:1/x")
+        Warehouse("mysql+pymysql://root:s3cret@127.0.0.1:1/x", retry_s=1)
     assert "127.0.0.1:1" in str(info.value)
     assert "s3cret" not in str(info.value)
     assert "s3cret" not in repr(info.value)

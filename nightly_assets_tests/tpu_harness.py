@@ -155,9 +155,7 @@ def tpu_night(nightly_home, tmp_path, monkeypatch, tpu_api: FakeTpuApi, sshd: Ss
         resources = resources_for("local", nightly_home)
         (tmp_path / "dagster_home").mkdir(exist_ok=True)
         with dg.instance_for_test(temp_dir=str(tmp_path / "dagster_home")) as instance:
-            outcome = run_night(
-                build_definitions(catalog), instance, load_catalog(catalog), key, resources["notifier"]
-            )
+            outcome = run_night(build_definitions(catalog), instance, load_catalog(catalog), key, resources)
             evaluations = instance.all_logs(
                 outcome.run.run_id, of_type=DagsterEventType.ASSET_CHECK_EVALUATION
             )

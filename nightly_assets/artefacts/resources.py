@@ -1,30 +1,52 @@
-"""Artefact store: one folder per pipeline/night/target/stage, with a manifest the next stage reads."""
+"""Artefact store: one folder per pipeline/night/target/stage, with a manifest the next stage reads,
+and links to the stage's reports (JUnit, logs, the summary) that open from the Dagster UI.
+
+Stages always work in a local folder. The local store serves that folder over HTTP (`nightly
+serve`, started by `make ui`); the GCS store (production) also uploads each stage's reports
+to a bucket through dagster-gcp and links there.
+"""
 
 from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import dagster as dg
+from dagster_gcp import GCSResource
+from google.cloud.storage.retry import DEFAULT_RETRY
+from pydantic import Field
 
 from nightly_assets.results import NightKey
 
 MANIFEST = "manifest.json"
+DEFAULT_BASE_URL = "http://127.0.0.1:3001"
+# What a stage's folder holds that a person opens: reports and logs, not checkouts or venvs.
+REPORT_SUFFIXES = (".xml", ".log", ".md", ".json", ".txt", ".csv", ".pdf", ".png", ".html", ".whl", ".gz")
+MAX_REPORT_BYTES = 200 * 1024 * 1024
 
 
 class MissingArtefactError(RuntimeError):
     """A stage asked for an upstream stage's output that this night does not have."""
 
 
-class ArtefactStoreResource(dg.ConfigurableResource):
-    """Local artefact folder (the embedded default); GCS takes its place in production."""
+class ArtefactError(RuntimeError):
+    """An artefact could not be published; names the file and the store."""
 
-    root: str
+
+class ArtefactStoreResource(dg.ConfigurableResource):
+    """Local artefact folders (the embedded default), served at `base_url` by `nightly serve`."""
+
+    root: str = Field(description="Folder of every stage's work and reports.")
+    base_url: str = Field(
+        default=DEFAULT_BASE_URL, description="Where `root` is served over HTTP (`nightly serve`)."
+    )
 
     def stage_dir(self, key: NightKey, stage: str, *, fresh: bool = False) -> Path:
-        path = Path(self.root) / key.pipeline / key.night.isoformat() / key.target / stage
+        path = self._path(key, stage)
         if fresh and path.exists():
             shutil.rmtree(path)  # a re-run replaces the night's artefacts, never mixes them
         path.mkdir(parents=True, exist_ok=True)
@@ -38,7 +60,7 @@ class ArtefactStoreResource(dg.ConfigurableResource):
         return path
 
     def read_manifest(self, key: NightKey, stage: str) -> dict[str, Any]:
-        path = Path(self.root) / key.pipeline / key.night.isoformat() / key.target / stage / MANIFEST
+        path = self._path(key, stage) / MANIFEST
         if not path.is_file():
             raise MissingArtefactError(
                 f"{key}: stage '{stage}' has no artefacts ({path} is missing); "
@@ -48,5 +70,103 @@ class ArtefactStoreResource(dg.ConfigurableResource):
         return result
 
     def has_manifest(self, key: NightKey, stage: str) -> bool:
-        root = Path(self.root)
-        return (root / key.pipeline / key.night.isoformat() / key.target / stage / MANIFEST).is_file()
+        return (self._path(key, stage) / MANIFEST).is_file()
+
+    # -- links ------------------------------------------------------------------------------
+
+    def reports(self, key: NightKey, stage: str, extra: Iterable[Path] = ()) -> list[Path]:
+        """The stage folder's report files (top level, by suffix) and `extra` files under it."""
+        folder = self._path(key, stage)
+        found = [
+            p
+            for p in (sorted(folder.iterdir()) if folder.is_dir() else [])
+            if p.is_file() and p.name.endswith(REPORT_SUFFIXES) and p.stat().st_size <= MAX_REPORT_BYTES
+        ]
+        for path in extra:
+            if path.is_file() and path.resolve().is_relative_to(folder.resolve()) and path not in found:
+                found.append(path)
+        return found
+
+    def publish(self, key: NightKey, stage: str, files: Iterable[Path]) -> dict[str, str]:
+        """Links to `files` (inside the stage's folder) where a browser opens them, by their path
+        in the folder."""
+        folder = self._path(key, stage).resolve()
+        return {f.resolve().relative_to(folder).as_posix(): self.file_url(f) for f in files}
+
+    def file_url(self, path: Path) -> str:
+        return f"{self.base_url.rstrip('/')}/{self._relative(path)}"
+
+    def folder_url(self, key: NightKey, stage: str) -> str:
+        return f"{self.file_url(self._path(key, stage))}/"
+
+    def _relative(self, path: Path) -> str:
+        relative = path.resolve().relative_to(Path(self.root).resolve())
+        return "/".join(quote(part) for part in relative.parts)
+
+    def _path(self, key: NightKey, stage: str) -> Path:
+        return Path(self.root) / key.pipeline / key.night.isoformat() / key.target / stage
+
+
+class GcsArtefactStoreResource(ArtefactStoreResource):
+    """Production: stages still work in `root`; their reports are uploaded to `gs://bucket/prefix/`
+    through dagster-gcp's GCSResource, and the links point there."""
+
+    gcs: GCSResource
+    bucket: str = Field(description="Bucket of the published reports.")
+    prefix: str = Field(default="nightly", description="Object prefix inside the bucket.")
+    base_url: str = Field(
+        default="https://storage.cloud.google.com",
+        description="Where objects open in a browser: `{base_url}/{bucket}/{object}`.",
+    )
+    browse_url: str = Field(
+        default="https://console.cloud.google.com/storage/browser",
+        description="Where a stage's folder is listed: `{browse_url}/{bucket}/{prefix}/...`.",
+    )
+    upload_deadline_s: float = Field(default=120.0, description="Retries of one upload stop after this.")
+
+    def publish(self, key: NightKey, stage: str, files: Iterable[Path]) -> dict[str, str]:
+        try:
+            bucket = self.gcs.get_client().bucket(self.bucket)
+        except Exception as exc:  # no credentials, a bad project: say so, never lose the night
+            raise ArtefactError(f"cannot open gs://{self.bucket}: {type(exc).__name__}: {exc}") from exc
+        folder = self._path(key, stage).resolve()
+        links = {}
+        for path in files:
+            name = self._object(path)
+            try:
+                bucket.blob(name).upload_from_filename(
+                    str(path),
+                    content_type=_content_type(path),
+                    timeout=min(60.0, self.upload_deadline_s),
+                    retry=DEFAULT_RETRY.with_deadline(self.upload_deadline_s),
+                )
+            except Exception as exc:  # google-cloud-storage raises many kinds; say which file failed
+                raise ArtefactError(f"cannot upload {path} to gs://{self.bucket}/{name}: {exc}") from exc
+            links[path.resolve().relative_to(folder).as_posix()] = self.file_url(path)
+        return links
+
+    def file_url(self, path: Path) -> str:
+        return f"{self.base_url.rstrip('/')}/{self.bucket}/{quote(self._object(path))}"
+
+    def folder_url(self, key: NightKey, stage: str) -> str:
+        return f"{self.browse_url.rstrip('/')}/{self.bucket}/{quote(self._object(self._path(key, stage)))}/"
+
+    def _object(self, path: Path) -> str:
+        relative = path.resolve().relative_to(Path(self.root).resolve()).as_posix()
+        return f"{self.prefix.strip('/')}/{relative}" if self.prefix.strip("/") else relative
+
+
+def _content_type(path: Path) -> str:
+    # Logs and reports open in the browser instead of downloading.
+    return {
+        ".xml": "text/xml",
+        ".md": "text/markdown; charset=utf-8",
+        ".json": "application/json",
+        ".html": "text/html; charset=utf-8",
+        ".pdf": "application/pdf",
+        ".png": "image/png",
+        ".csv": "text/csv; charset=utf-8",
+    }.get(
+        path.suffix,
+        "text/plain; charset=utf-8" if path.suffix in (".log", ".txt") else "application/octet-stream",
+    )

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from nightly_assets.process import child_env
+
 JobState = Literal["queued", "running", "done", "failed"]
 FINAL_STATES: tuple[JobState, ...] = ("done", "failed")
 
@@ -137,6 +139,7 @@ class LocalBatchScheduler:
             started = subprocess.run(
                 [sys.executable, "-m", "nightly_assets.batch.schedulers", "supervise", str(job_dir)],
                 cwd=job_dir,
+                env=child_env(),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=log,
@@ -234,7 +237,7 @@ def _supervise(job_dir: Path) -> None:
         _write_state(job_dir, {**state, "state": "failed", "reason": "cancelled before it started"})
         return
     env = {
-        **os.environ,
+        **child_env(),
         **state["env"],
         "BATCH_JOB_ID": state["job_id"],
         "BATCH_NODES": str(state["nodes"]),

@@ -14,7 +14,7 @@ from nightly_assets.containers.runner import OUT_DIR
 from nightly_assets.containers.suites import run_in_image, runs_in_image
 from nightly_assets.process import CommandError, run_command
 from nightly_assets.remote.pending import StageNotAvailable, require_local_runner
-from nightly_assets.stages import StageSpec, recorded_stage
+from nightly_assets.stages import StageSpec, recorded_stage, stage_events
 from nightly_assets.warehouse.resources import WarehouseResource
 
 BENCHMARK_TIMEOUT_S = 3600
@@ -99,7 +99,7 @@ def build_perf_baseline_asset(spec: StageSpec) -> dg.AssetsDefinition:
     )
     def _perf_baseline(
         context: dg.AssetExecutionContext, artefacts: ArtefactStoreResource, warehouse: WarehouseResource
-    ) -> Iterator[dg.MaterializeResult]:
+    ) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
         """Each benchmark's median over the earlier nights, with tonight's ratio to it."""
         with recorded_stage(context, spec, artefacts, warehouse) as run:
             tonight = artefacts.read_manifest(run.key, str(bench_stage))["benchmarks"]
@@ -125,15 +125,13 @@ def build_perf_baseline_asset(spec: StageSpec) -> dg.AssetsDefinition:
                 f"{n} {c['ratio']:.2f}x" if c["ratio"] else f"{n} (first night)"
                 for n, c in comparison.items()
             )
+            run.checks.append(checks.within_baseline(spec.key, comparison, thresholds.benchmark_slowdown))
         table = "| benchmark | tonight | baseline | nights | ratio |\n|---|---|---|---|---|\n" + "\n".join(
             f"| {n} | {c['value']:.4g} | {_fmt(c['baseline'])} "
             f"| {c['nights']} | {c['ratio'] if c['ratio'] is not None else 'n/a'} |"
             for n, c in comparison.items()
         )
-        yield dg.MaterializeResult(
-            metadata={"comparison": dg.MetadataValue.md(table)},
-            check_results=[checks.within_baseline(spec.key, comparison, thresholds.benchmark_slowdown)],
-        )
+        yield from stage_events(run, {"comparison": dg.MetadataValue.md(table)})
 
     return _perf_baseline
 

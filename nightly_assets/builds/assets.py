@@ -14,7 +14,7 @@ from nightly_assets.containers.resources import DockerRunnerPoolResource
 from nightly_assets.containers.wheels import build_wheels_in_container
 from nightly_assets.rbe.resources import BazelRbeResource
 from nightly_assets.remote.pending import StageNotAvailable, require_local_runner
-from nightly_assets.stages import StageRun, StageSpec, recorded_stage
+from nightly_assets.stages import StageRun, StageSpec, recorded_stage, stage_events
 from nightly_assets.warehouse.resources import WarehouseResource
 
 
@@ -30,7 +30,7 @@ def build_wheels_asset(spec: StageSpec) -> dg.AssetsDefinition:
         bazel_rbe: BazelRbeResource,
         artefacts: ArtefactStoreResource,
         warehouse: WarehouseResource,
-    ) -> Iterator[dg.MaterializeResult]:
+    ) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
         """Wheels (and sdists) built from the night's pinned checkout."""
         extra: dict[str, Any] = {}
         with recorded_stage(context, spec, artefacts, warehouse) as run:
@@ -48,19 +48,19 @@ def build_wheels_asset(spec: StageSpec) -> dg.AssetsDefinition:
             run.manifest["wheels"] = [str(w) for w in wheels]
             run.manifest["sdists"] = [str(s) for s in sdists]
             run.manifest["builder"] = {"kind": builder_kind, **extra}
-            run.artefact = str(out)
             run.detail = ", ".join(f.name for f in files)
+            run.published.extend(files)
+            run.checks.append(checks.wheel_metadata_valid(spec.key, wheels))
             context.log.info(f"built {run.detail}")
-        yield dg.MaterializeResult(
-            metadata={
+        yield from stage_events(
+            run,
+            {
                 "files": dg.MetadataValue.md(
                     "\n".join(f"- `{f.name}` {f.stat().st_size} B sha256 `{_sha256(f)[:16]}`" for f in files)
                 ),
                 "wheel_count": len(wheels),
-                "artefacts": dg.MetadataValue.path(str(out)),
                 **{f"builder_{k}": v for k, v in extra.items()},
             },
-            check_results=[checks.wheel_metadata_valid(spec.key, wheels)],
         )
 
     return _wheels

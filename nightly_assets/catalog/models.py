@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -13,6 +14,7 @@ from pydantic import (
     Field,
     StringConstraints,
     ValidationError,
+    field_validator,
     model_validator,
 )
 
@@ -59,12 +61,23 @@ class Runner(StrictModel):
     description: str = ""
 
 
+SAMPLE_URL = re.compile(r"sample:[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
 class Repository(StrictModel):
     name: Identifier
     url: str = Field(min_length=1)
     branch: str = "main"
     ref: str | None = None  # a fixed tag or commit instead of the night's pin
     patches: list[str] = Field(default_factory=list)  # paths relative to the catalog folder
+
+    @field_validator("url")
+    @classmethod
+    def _sample_is_a_name(cls, url: str) -> str:
+        # A sample repository is made under NIGHTLY_HOME: a path there would write elsewhere.
+        if url.startswith("sample:") and not SAMPLE_URL.fullmatch(url):
+            raise ValueError("expected sample:<name>, a plain name (letters, digits, . _ -)")
+        return url
 
 
 class Target(StrictModel):

@@ -15,7 +15,7 @@ from nightly_assets.containers.engine import pull_pinned_image, reference_regist
 from nightly_assets.containers.images import ImageStage
 from nightly_assets.containers.resources import ContainerRegistriesResource, DockerRunnerPoolResource
 from nightly_assets.remote.pending import StageNotAvailable
-from nightly_assets.stages import StageSpec, recorded_stage
+from nightly_assets.stages import StageSpec, recorded_stage, stage_events
 from nightly_assets.warehouse.resources import WarehouseResource
 
 
@@ -33,7 +33,7 @@ def build_docker_image_asset(spec: StageSpec) -> dg.AssetsDefinition:
         builder: PythonBuildResource,
         artefacts: ArtefactStoreResource,
         warehouse: WarehouseResource,
-    ) -> Iterator[dg.MaterializeResult]:
+    ) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
         """A container image of the night (or its virtualenv stand-in), with digest and build metrics."""
         with recorded_stage(context, spec, artefacts, warehouse) as run:
             label = run.runner_name if run.runner is not None else "local"
@@ -53,7 +53,7 @@ def build_docker_image_asset(spec: StageSpec) -> dg.AssetsDefinition:
                     "python": str(python),
                     "why_no_image": unavailable,
                 }
-                check_results: list[dg.AssetCheckResult] = checks.skipped_registry_checks(spec.key, push_to)
+                run.checks.extend(checks.skipped_registry_checks(spec.key, push_to))
             else:
                 stage = ImageStage(
                     spec=spec,
@@ -71,13 +71,11 @@ def build_docker_image_asset(spec: StageSpec) -> dg.AssetsDefinition:
                 run.artefact = outcome.manifest["reference"]
                 run.detail = outcome.detail
                 metadata = outcome.metadata
-                check_results = (
-                    [checks.image_in_registries(spec.key, registries, outcome.published, outcome.digest)]
-                    if push_to
-                    else []
-                )
-            metadata["artefacts"] = dg.MetadataValue.path(str(run.workdir))
-        yield dg.MaterializeResult(metadata=metadata, check_results=check_results)
+                if push_to:
+                    run.checks.append(
+                        checks.image_in_registries(spec.key, registries, outcome.published, outcome.digest)
+                    )
+        yield from stage_events(run, metadata)
 
     return _image
 

@@ -1,67 +1,94 @@
-"""Turn a finished run into alerts: failed steps and failed checks, read from the run's own events."""
+"""Turn a finished run into alerts: one per night it touched, naming failed stages and checks."""
 
 from __future__ import annotations
 
 import dagster as dg
-from dagster._core.events import DagsterEventType  # event types are not re-exported at top level
 
 from nightly_assets.catalog.models import Catalog
+from nightly_assets.reporting.night_runs import NightInRun, RunRecord
 from nightly_assets.reporting.resources import Alert
 
 PIPELINE_TAG = "nightly/pipeline"
-PARTITION_TAG = "dagster/partition"
+MAX_REASON_LINES = 14
+MAX_REASON_CHARS = 2000
 
 
-def alerts_for_run(instance: dg.DagsterInstance, run: dg.DagsterRun, catalog: Catalog) -> list[Alert]:
-    pipeline = run.tags.get(PIPELINE_TAG)
-    if pipeline is None or pipeline not in catalog.pipelines:
+def alerts_for_run(record: RunRecord, catalog: Catalog) -> list[Alert]:
+    """Error alerts for failed stages and ERROR checks, warn alerts for WARN checks.
+
+    A cancelled or interrupted run gets none: nobody needs paging for what they stopped.
+    """
+    if record.interrupted:
         return []
-    channel = catalog.pipelines[pipeline].notify_channel
-    partition = run.tags.get(PARTITION_TAG, "unpartitioned")
-    errors: list[str] = []
-    warnings: list[str] = []
-    for record in instance.all_logs(
-        run.run_id, of_type={DagsterEventType.STEP_FAILURE, DagsterEventType.ASSET_CHECK_EVALUATION}
+    run = record.run
+    alerts: list[Alert] = []
+    for night in record.nights:
+        errors, warnings = _night_lines(night)
+        pipeline = catalog.pipelines[night.key.pipeline]
+        if (
+            run.status == dg.DagsterRunStatus.FAILURE
+            and not errors
+            and not night.materialized >= night.planned
+        ):
+            errors = [f"the run failed: {brief(record.run_error or 'before any stage reported')}"]
+        where = f"{night.key.night.isoformat()} {night.key.target}"
+        for severity, lines, title in (
+            ("error", errors, f"{pipeline.name} night {where} failed"),
+            ("warn", warnings, f"{pipeline.name} night {where} has warnings"),
+        ):
+            if lines:
+                alerts.append(
+                    Alert(
+                        pipeline.name,
+                        night.partition,
+                        severity,
+                        title,
+                        run.run_id,
+                        pipeline.notify_channel,
+                        lines,
+                    )
+                )
+    if (
+        not record.nights
+        and run.status == dg.DagsterRunStatus.FAILURE
+        and run.tags.get(PIPELINE_TAG) in catalog.pipelines
     ):
-        event = record.dagster_event
-        if event is None:
-            continue
-        if event.event_type == DagsterEventType.STEP_FAILURE:
-            error = event.step_failure_data.error
-            # Dagster wraps what the asset raised ("Error occurred while executing op ..."): say the cause.
-            while (
-                error is not None
-                and error.cause is not None
-                and "DagsterExecutionStepExecutionError" in (error.cls_name or error.message)
-            ):
-                error = error.cause
-            message = error.message.strip().splitlines()[0] if error else "failed"
-            errors.append(f"step {event.step_key} failed: {message[:300]}")
-            continue
-        evaluation = event.event_specific_data
-        if evaluation.passed:  # type: ignore[union-attr]
-            continue
-        line = f"check {evaluation.asset_key.to_user_string()}:{evaluation.check_name} failed"  # type: ignore[union-attr]
-        if evaluation.description:  # type: ignore[union-attr]
-            line += f": {evaluation.description[:300]}"  # type: ignore[union-attr]
-        (errors if evaluation.severity == dg.AssetCheckSeverity.ERROR else warnings).append(line)  # type: ignore[union-attr]
-    alerts = []
-    if errors or run.status == dg.DagsterRunStatus.FAILURE:
+        pipeline = catalog.pipelines[run.tags[PIPELINE_TAG]]
+        reason = brief(record.run_error or "before any stage reported")
         alerts.append(
             Alert(
-                pipeline,
-                partition,
+                pipeline.name,
+                "unpartitioned",
                 "error",
-                f"{pipeline} night failed",
+                f"{pipeline.name} run {run.job_name} failed",
                 run.run_id,
-                channel,
-                errors or ["the run failed before any step reported"],
-            )
-        )
-    if warnings:
-        alerts.append(
-            Alert(
-                pipeline, partition, "warn", f"{pipeline} night has warnings", run.run_id, channel, warnings
+                pipeline.notify_channel,
+                [f"the run failed: {reason}"],
             )
         )
     return alerts
+
+
+def _night_lines(night: NightInRun) -> tuple[list[str], list[str]]:
+    errors = [f"{f.stage} failed: {brief(f.message)}" for f in night.failed_steps if not f.interrupted]
+    failed_stages = {f.stage for f in night.failed_steps}
+    warnings: list[str] = []
+    for check in night.checks:
+        if check.passed or (check.severity == "ERROR" and check.stage in failed_stages):
+            continue  # a stage that failed on its own gate says why in its error
+        line = f"{check.stage}:{check.name} failed: {brief(check.description or 'no description')}"
+        (errors if check.severity == "ERROR" else warnings).append(line)
+    return errors, warnings
+
+
+def brief(text: str) -> str:
+    """`text` short enough for a chat message, keeping its first line and its end (the cause)."""
+    lines = [line.rstrip() for line in text.strip().splitlines() if line.strip()]
+    if len(lines) > MAX_REASON_LINES:
+        head, tail = lines[:2], lines[-(MAX_REASON_LINES - 3) :]
+        lines = [*head, f"… {len(lines) - len(head) - len(tail)} lines …", *tail]
+    out = "\n".join(lines)
+    if len(out) > MAX_REASON_CHARS:
+        half = MAX_REASON_CHARS // 2
+        out = f"{out[:half]} … {out[-half:]}"
+    return out

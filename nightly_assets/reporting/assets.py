@@ -6,7 +6,7 @@ from nightly_assets.artefacts.resources import ArtefactStoreResource
 from nightly_assets.catalog.models import GitHub as GitHubSettings
 from nightly_assets.github.client import GitHubError
 from nightly_assets.github.resources import GitHubResource
-from nightly_assets.reporting.summary import night_status, summary_markdown, summary_rows
+from nightly_assets.reporting.summary import night_summary
 from nightly_assets.results import NightKey
 from nightly_assets.stages import StageSpec, recorded_stage
 from nightly_assets.warehouse.resources import WarehouseResource
@@ -28,34 +28,33 @@ def build_night_summary_asset(spec: StageSpec) -> dg.AssetsDefinition:
         issue: dict[str, str] = {}
         with recorded_stage(context, spec, artefacts, warehouse) as run:
             store = warehouse.store()
-            rows = summary_rows(spec.pipeline, run.key, store, skip=spec.stage.name)
-            suites = store.suite_counts(run.key)
-            failed_tests = sum(c["failed"] + c["error"] for c in suites.values())
-            status = night_status([r for r in rows if r.stage in judged], failed_tests)
-            costs = store.costs(run.key)
-            markdown = summary_markdown(run.key, rows, suites, costs)
+            summary = night_summary(
+                spec.pipeline, run.key, store, artefacts, skip=spec.stage.name, judged=judged
+            )
+            markdown = summary.markdown()
             path = run.workdir / "summary.md"
             path.write_text(markdown)
             night = store.night(run.key)
             pins = night.pins if night else {}
-            store.record_night(run.key, run_id=context.run.run_id, status=status, pins=pins)
-            cost_usd = round(float(sum(c.cost_usd for c in costs)), 6)
+            store.record_night(run.key, run_id=context.run.run_id, status=summary.status, pins=pins)
+            cost_usd = round(float(sum(c.cost_usd for c in summary.costs)), 6)
             run.manifest.update(
-                status=status, summary=str(path), failed_tests=failed_tests, cost_usd=cost_usd
+                status=summary.status, summary=str(path), failed_tests=summary.failed_tests, cost_usd=cost_usd
             )
             run.artefact = str(path)
-            run.detail = status
-            if report_issue and status == "failure":
+            run.detail = summary.status
+            if report_issue and summary.status == "failure":
                 assert github_settings is not None
                 issue = _report_failure(context, github, github_settings, run.key, markdown)
                 run.manifest["issue"] = issue
         return dg.MaterializeResult(
             metadata={
                 "summary": dg.MetadataValue.md(markdown),
-                "status": status,
-                "failed_tests": failed_tests,
+                "status": summary.status,
+                "failed_tests": summary.failed_tests,
+                "failed_checks": len(summary.checks),
                 "cost_usd": dg.MetadataValue.float(cost_usd),
-                "file": dg.MetadataValue.path(str(path)),
+                **run.link_metadata(),
                 **{f"issue/{k}": v for k, v in issue.items()},
             }
         )

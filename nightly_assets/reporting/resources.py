@@ -8,6 +8,7 @@ from pathlib import Path
 
 import dagster as dg
 from dagster_slack import SlackResource
+from pydantic import Field
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,13 @@ class FileNotifierResource(NotifierResource):
 class SlackNotifierResource(NotifierResource):
     """Posts each alert to its pipeline's channel through dagster-slack."""
 
-    slack: dg.ResourceDependency[SlackResource]
+    slack: SlackResource
+    api_url: str | None = Field(
+        default=None, description="Slack's Web API base URL (slack-sdk's default when unset)."
+    )
 
     def notify(self, alert: Alert) -> None:
-        self.slack.get_client().chat_postMessage(channel=alert.channel, text=alert.text())
+        client = self.slack.get_client()
+        if self.api_url:
+            client.base_url = self.api_url.rstrip("/") + "/"
+        client.chat_postMessage(channel=alert.channel, text=alert.text())

@@ -1,11 +1,34 @@
-"""Alerts: open-source Dagster does not alert on checks by itself, so these sensors do."""
+"""Alerts and summaries under the daemon: open-source Dagster does not alert on checks by itself.
+
+Every finished run that touched a night is followed up the same way (`follow_up.py`), whether
+a schedule, the CLI, an asset group's "Materialize", a UI backfill or a re-execution launched it.
+"""
+
+from __future__ import annotations
 
 import dagster as dg
 from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
 
 from nightly_assets.catalog.models import Catalog
-from nightly_assets.reporting.alerts import PARTITION_TAG, PIPELINE_TAG, alerts_for_run
+from nightly_assets.partitions import partition_key
+from nightly_assets.reporting.follow_up import (
+    ALERTS_UNSENT,
+    FOLLOWED_UP_TAG,
+    SUMMARY_OF_TAG,
+    abandoned_runs,
+    end_abandoned,
+    follow_up_run,
+    resend_unsent_alerts,
+    runs_to_follow_up_again,
+    summary_requests,
+)
 from nightly_assets.reporting.resources import NotifierResource
+from nightly_assets.results import NightKey
+from nightly_assets.warehouse.resources import WarehouseResource
+
+REPAIR_TAG = "nightly/repair_of"
+FOLLOW_UP_INTERVAL_S = 10  # how soon after a run ends its alerts go out (cheap: a cursor query)
+REPAIR_INTERVAL_S = 300
 
 
 def summary_job_name(pipeline: str) -> str:
@@ -15,36 +38,111 @@ def summary_job_name(pipeline: str) -> str:
 def build_alert_sensors(
     catalog: Catalog, summary_jobs: list[UnresolvedAssetJobDefinition]
 ) -> list[dg.SensorDefinition]:
-    @dg.run_failure_sensor(
-        name="night_failure_alerts",
-        request_jobs=summary_jobs,
-        default_status=dg.DefaultSensorStatus.RUNNING,
-        description="Alerts on a failed night and writes its summary table in a follow-up run.",
-    )
-    def night_failure_alerts(
-        context: dg.RunFailureSensorContext, notifier: NotifierResource
-    ) -> dg.RunRequest | dg.SkipReason:
+    jobs = {p: summary_job_name(p) for p in catalog.pipelines}
+
+    def follow_up(
+        context: dg.RunStatusSensorContext, notifier: NotifierResource, warehouse: WarehouseResource
+    ) -> list[dg.RunRequest] | dg.SkipReason:
         run = context.dagster_run
-        for alert in alerts_for_run(context.instance, run, catalog):
-            notifier.notify(alert)
-        pipeline, partition = run.tags.get(PIPELINE_TAG), run.tags.get(PARTITION_TAG)
-        if pipeline is None or partition is None or run.job_name == summary_job_name(pipeline):
-            return dg.SkipReason(f"run {run.run_id} is not a night run; alert only")
-        return dg.RunRequest(
-            run_key=f"summary-{run.run_id}",
-            job_name=summary_job_name(pipeline),
-            partition_key=partition,
-            tags={"nightly/summary_of": run.run_id},
+        done = follow_up_run(context.instance, run, catalog, notifier, warehouse.store())
+        if done is None:
+            return dg.SkipReason(f"run {run.run_id} was already followed up")
+        for key, stages in done.ended.items():
+            context.log.warning(f"{key}: {', '.join(stages)} left running by run {run.run_id}; ended")
+        for index, why in done.unsent.items():
+            context.log.error(
+                f"alert {done.alerts[index].title!r} of run {run.run_id} was not sent ({why}); "
+                "night_status_repair sends it again"
+            )
+        if not done.record.nights:
+            return dg.SkipReason(f"run {run.run_id} materialized no night ({len(done.alerts)} alert(s))")
+        return summary_requests(done, jobs) or dg.SkipReason(
+            f"run {run.run_id}: {len(done.alerts)} alert(s); every night it touched has its summary"
         )
 
-    @dg.run_status_sensor(
-        run_status=dg.DagsterRunStatus.SUCCESS,
-        name="night_check_alerts",
-        default_status=dg.DefaultSensorStatus.RUNNING,
-        description="Alerts on failed ERROR and WARN checks of a night that otherwise succeeded.",
-    )
-    def night_check_alerts(context: dg.RunStatusSensorContext, notifier: NotifierResource) -> None:
-        for alert in alerts_for_run(context.instance, context.dagster_run, catalog):
-            notifier.notify(alert)
+    def follow_up_sensor(name: str, status: dg.DagsterRunStatus, description: str) -> dg.SensorDefinition:
+        @dg.run_status_sensor(
+            run_status=status,
+            name=name,
+            minimum_interval_seconds=FOLLOW_UP_INTERVAL_S,
+            request_jobs=summary_jobs,
+            default_status=dg.DefaultSensorStatus.RUNNING,
+            description=description,
+        )
+        def _sensor(
+            context: dg.RunStatusSensorContext, notifier: NotifierResource, warehouse: WarehouseResource
+        ) -> list[dg.RunRequest] | dg.SkipReason:
+            return follow_up(context, notifier, warehouse)
 
-    return [night_failure_alerts, night_check_alerts]
+        return _sensor
+
+    followers = [
+        follow_up_sensor(
+            "night_failure_alerts",
+            dg.DagsterRunStatus.FAILURE,
+            "Alerts on a failed night run and writes the summary it did not reach.",
+        ),
+        follow_up_sensor(
+            "night_check_alerts",
+            dg.DagsterRunStatus.SUCCESS,
+            "Alerts on failed checks of a successful night run; summarizes a partial re-run.",
+        ),
+        follow_up_sensor(
+            "night_cancelled",
+            dg.DagsterRunStatus.CANCELED,
+            "Ends a cancelled night as `cancelled` (no error alert) and writes its summary.",
+        ),
+    ]
+
+    @dg.sensor(
+        name="night_status_repair",
+        minimum_interval_seconds=REPAIR_INTERVAL_S,
+        jobs=summary_jobs,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description="Follows up again runs whose alerts or follow-up failed (Slack or the warehouse "
+        "was down), and writes the summary of any night left `running` after all of its runs ended.",
+    )
+    def night_status_repair(
+        context: dg.SensorEvaluationContext, notifier: NotifierResource, warehouse: WarehouseResource
+    ) -> list[dg.RunRequest] | dg.SkipReason:
+        store = warehouse.store()
+        requests = []
+        for run in runs_to_follow_up_again(context.instance):
+            if run.tags.get(FOLLOWED_UP_TAG) == ALERTS_UNSENT:
+                still = resend_unsent_alerts(context.instance, run, catalog, notifier)
+                context.log.info(f"run {run.run_id}: unsent alerts sent again, {len(still)} still unsent")
+                continue
+            context.log.warning(f"run {run.run_id}: its follow-up failed earlier; following it up again")
+            done = follow_up_run(context.instance, run, catalog, notifier, store)
+            if done is not None:
+                requests.extend(summary_requests(done, jobs))
+        for night in store.nights(status="running"):
+            if night.pipeline not in catalog.pipelines:
+                continue
+            runs = abandoned_runs(context.instance, store, night)
+            if runs is None:
+                continue
+            partition = str(partition_key(night.night, night.target))
+            repairs = context.instance.get_runs(dg.RunsFilter(tags={REPAIR_TAG: night.run_id}))
+            if any(r.tags.get("dagster/partition") == partition for r in repairs):
+                # Its repair summary ran and still left it running (that run failed): end it here.
+                end_abandoned(store, night, runs)
+                store.set_night_status(
+                    NightKey(night.pipeline, night.night, night.target), "failure", only_if="running"
+                )
+                context.log.error(
+                    f"{night.pipeline} {partition}: its repair summary failed; status set to failure"
+                )
+                continue
+            context.log.warning(f"{end_abandoned(store, night, runs)}; writing its summary")
+            requests.append(
+                dg.RunRequest(
+                    run_key=f"repair-{night.run_id}-{partition}",
+                    job_name=jobs[night.pipeline],
+                    partition_key=partition,
+                    tags={SUMMARY_OF_TAG: night.run_id, REPAIR_TAG: night.run_id},
+                )
+            )
+        return requests or dg.SkipReason("no night is left running")
+
+    return [*followers, night_status_repair]

@@ -1,13 +1,20 @@
-"""Seed 001's results summary: one row per stage with status, runner, duration and artefacts."""
+"""Seed 001's results summary: one row per stage with status, runner, duration and links, then the
+suites, the failing tests by name, the failed checks and the machine cost."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from nightly_assets.artefacts.resources import ArtefactStoreResource
 from nightly_assets.catalog.models import Pipeline
-from nightly_assets.results import NightKey
+from nightly_assets.results import CheckOutcome, NightKey, TestCase
 from nightly_assets.warehouse.store import MachineCost, Warehouse
+
+NAMED_FAILURES = 10  # failing tests named per suite
+# Worst first: the night's status is the worst that applies.
+NIGHT_STATUSES = ("failure", "cancelled", "partial", "warn", "success")
+_ROW_STATUS = {"failure": "failure", "cancelled": "cancelled", "skipped": "partial"}
 
 
 @dataclass(frozen=True)
@@ -16,11 +23,57 @@ class SummaryRow:
     status: str
     runner: str
     duration_min: float | None
-    artefact: str
+    link: str  # the stage's folder of logs and reports
+    artefact: str  # what it made: a file's URL, an image reference...
     detail: str
 
 
-def summary_rows(pipeline: Pipeline, key: NightKey, store: Warehouse, skip: str = "") -> list[SummaryRow]:
+@dataclass(frozen=True)
+class NightSummary:
+    key: NightKey
+    rows: list[SummaryRow]
+    suites: dict[str, dict[str, int]]
+    failures: dict[str, list[TestCase]]  # suite -> its first failing tests
+    checks: list[CheckOutcome]  # the failed ones
+    costs: Sequence[MachineCost]
+    status: str
+
+    @property
+    def failed_tests(self) -> int:
+        return sum(c["failed"] + c["error"] for c in self.suites.values())
+
+    def markdown(self) -> str:
+        return summary_markdown(self)
+
+
+def night_summary(
+    pipeline: Pipeline,
+    key: NightKey,
+    store: Warehouse,
+    artefacts: ArtefactStoreResource,
+    *,
+    skip: str = "",
+    judged: set[str] | None = None,
+) -> NightSummary:
+    """The night as the warehouse has it. `judged`: the stages its status depends on (default all)."""
+    rows = summary_rows(pipeline, key, store, artefacts, skip=skip)
+    suites = store.suite_counts(key)
+    failures = {
+        suite: store.failed_cases(key, suite)[:NAMED_FAILURES]
+        for suite, c in suites.items()
+        if c["failed"] + c["error"]
+    }
+    checks = [c for c in store.checks(key) if not c.passed]
+    judged_rows = [r for r in rows if judged is None or r.stage in judged]
+    judged_checks = [c for c in checks if judged is None or c.stage in judged]
+    failed_tests = sum(c["failed"] + c["error"] for c in suites.values())
+    status = night_status(judged_rows, failed_tests, judged_checks)
+    return NightSummary(key, rows, suites, failures, checks, store.costs(key), status)
+
+
+def summary_rows(
+    pipeline: Pipeline, key: NightKey, store: Warehouse, artefacts: ArtefactStoreResource, skip: str = ""
+) -> list[SummaryRow]:
     """Every stage of the pipeline in catalog order; a stage with no row this night was skipped."""
     recorded = {row.stage: row for row in store.stages(key)}
     rows = []
@@ -29,71 +82,94 @@ def summary_rows(pipeline: Pipeline, key: NightKey, store: Warehouse, skip: str 
             continue
         row = recorded.get(stage.name)
         if row is None:
-            rows.append(SummaryRow(stage.name, "skipped", "-", None, "", "did not start"))
+            rows.append(SummaryRow(stage.name, "skipped", "-", None, "", "", "did not start"))
             continue
         status = "failure" if row.status == "running" else row.status  # a crash left it running
+        link = artefacts.folder_url(key, stage.name)
         rows.append(
             SummaryRow(
                 stage.name,
                 status,
                 row.runner,
                 round(row.duration_s / 60, 2),
-                row.artefact or "",
+                link,
+                "" if row.artefact in (None, link) else str(row.artefact),
                 row.detail or "",
             )
         )
     return rows
 
 
-def night_status(rows: list[SummaryRow], failed_tests: int) -> str:
-    if any(r.status == "failure" for r in rows) or failed_tests:
-        return "failure"
-    if any(r.status == "skipped" for r in rows):
-        return "partial"
-    return "success"
+def night_status(rows: Sequence[SummaryRow], failed_tests: int, failed_checks: Sequence[CheckOutcome]) -> str:
+    """failure > cancelled > partial (a stage did not run) > warn (a WARN check failed) > success."""
+    found = {"success"}
+    for r in rows:
+        found.add(_ROW_STATUS.get(r.status, "success"))
+    if failed_tests or any(c.severity == "ERROR" for c in failed_checks):
+        found.add("failure")
+    if any(c.severity == "WARN" for c in failed_checks):
+        found.add("warn")
+    return next(s for s in NIGHT_STATUSES if s in found)
 
 
-def summary_markdown(
-    key: NightKey,
-    rows: list[SummaryRow],
-    suites: dict[str, dict[str, int]],
-    costs: Sequence[MachineCost] = (),
-) -> str:
+def summary_markdown(summary: NightSummary) -> str:
+    key = summary.key
     lines = [
-        f"## {key.pipeline} — night {key.night.isoformat()} — {key.target}",
+        f"## {key.pipeline} — night {key.night.isoformat()} — {key.target}: {summary.status}",
         "",
         "| Stage | Status | Runner | Duration (min) | Artifacts | Detail |",
         "|-------|--------|--------|----------------|-----------|--------|",
     ]
-    for r in rows:
+    for r in summary.rows:
         duration = "-" if r.duration_min is None else f"{r.duration_min:g}"
-        artefact = f"[Log & Artifacts]({r.artefact})" if r.artefact else "-"
-        lines.append(f"| {r.stage} | {r.status} | {r.runner} | {duration} | {artefact} | {_cell(r.detail)} |")
-    if suites:
+        links = [f"[Log & Artifacts]({r.link})"] if r.link else []
+        if r.artefact.startswith(("http://", "https://")):
+            links.append(f"[{r.artefact.rsplit('/', 1)[-1] or 'file'}]({r.artefact})")
+        elif r.artefact:
+            links.append(f"`{_cell(r.artefact)}`")
+        artefacts = " ".join(links) or "-"
+        lines.append(
+            f"| {r.stage} | {r.status} | {r.runner} | {duration} | {artefacts} | {_cell(r.detail)} |"
+        )
+    if summary.suites:
         lines += [
             "",
             "| Suite | Total | Passed | Failed | Errors | Skipped | Collected |",
             "|-------|-------|--------|--------|--------|---------|-----------|",
         ]
-        for suite, c in suites.items():
+        for suite, c in summary.suites.items():
             lines.append(
                 f"| {suite} | {c['total']} | {c['passed']} | {c['failed']} | {c['error']} | "
                 f"{c['skipped']} | {c['collected']} |"
             )
-    if costs:
+    if summary.failures:
+        lines += ["", "### Failing tests", "", "| Suite | Test | Outcome | Message |", "|---|---|---|---|"]
+        for suite, cases in summary.failures.items():
+            for case in cases:
+                lines.append(
+                    f"| {suite} | {_cell(case.node_id)} | {case.outcome} | {_cell(case.message or '')} |"
+                )
+            more = summary.suites[suite]["failed"] + summary.suites[suite]["error"] - len(cases)
+            if more > 0:
+                lines.append(f"| {suite} | … and {more} more | | |")
+    if summary.checks:
+        lines += ["", "### Failed checks", "", "| Stage | Check | Severity | Why |", "|---|---|---|---|"]
+        for check in summary.checks:
+            lines.append(f"| {check.stage} | {check.name} | {check.severity} | {_cell(check.description)} |")
+    if summary.costs:
         lines += [
             "",
             "| Stage | Machine | Type | Lifetime (min) | Cost (USD) | Ended |",
             "|-------|---------|------|----------------|------------|-------|",
         ]
-        for cost in costs:
+        for cost in summary.costs:
             lines.append(
                 f"| {cost.stage} | {cost.machine.rsplit('/', 1)[-1]} | {cost.machine_type} | "
                 f"{cost.lifetime_s / 60:.2f} | {cost.cost_usd:.4f} | {cost.ended} |"
             )
-        lines.append(f"\nMachine cost tonight: ${sum(c.cost_usd for c in costs):.4f}")
+        lines.append(f"\nMachine cost tonight: ${sum(c.cost_usd for c in summary.costs):.4f}")
     return "\n".join(lines) + "\n"
 
 
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")[:160]
+    return " ".join(text.replace("|", "\\|").split())[:200]

@@ -22,6 +22,10 @@ def build_sources_asset(spec: StageSpec) -> dg.AssetsDefinition:
             store = warehouse.store()
             store.clear_stages(run.key, keep=spec.stage.name)  # a new night run replaces the old one
             earlier = store.night(run.key)
+            if earlier is not None and earlier.status == "running" and earlier.run_id != context.run.run_id:
+                context.log.warning(
+                    f"{run.key} was still 'running' from run {earlier.run_id}; this run replaces its rows"
+                )
             recorded = earlier.pins if earlier else {}
             repos: dict[str, dict[str, str]] = {}
             for repo in spec.pipeline.repositories:

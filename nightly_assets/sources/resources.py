@@ -9,6 +9,7 @@ from pathlib import Path
 
 import dagster as dg
 
+from nightly_assets.catalog.models import SAMPLE_URL
 from nightly_assets.demo.sample_repo import ensure_sample_repo
 from nightly_assets.process import CommandError, CommandResult, run_command
 
@@ -36,6 +37,8 @@ class GitSourcesResource(dg.ConfigurableResource):
 
     def resolve_url(self, url: str) -> str:
         if url.startswith(SAMPLE_SCHEME):
+            if not SAMPLE_URL.fullmatch(url):  # the catalog refuses these too: never write elsewhere
+                raise SourceError(f"repository URL {url!r}: expected sample:<name>, a plain name")
             repo = Path(self.cache_dir) / "sample" / url.removeprefix(SAMPLE_SCHEME)
             if not (repo / ".git").exists():
                 ensure_sample_repo(repo)  # built once; afterwards it is an upstream like any other

@@ -12,7 +12,7 @@ from nightly_assets.containers.suites import run_in_image, runs_in_image, visibl
 from nightly_assets.rbe.resources import BazelRbeResource
 from nightly_assets.remote.pending import require_local_runner
 from nightly_assets.results import TestReport
-from nightly_assets.stages import StageRun, StageSpec, recorded_stage
+from nightly_assets.stages import StageRun, StageSpec, recorded_stage, stage_events
 from nightly_assets.testing import checks
 from nightly_assets.testing.junit import parse_collect_only, parse_junit, report_metadata
 from nightly_assets.testing.resources import PYTEST_USABLE_EXIT_CODES, LocalTestRunnerResource, TestRunError
@@ -35,6 +35,7 @@ def build_test_suite_asset(spec: StageSpec) -> dg.AssetsDefinition:
             check_specs=[
                 *checks.test_report_check_specs(spec.key, thresholds.test_count_drop_pct),
                 *tpu_checks.cost_check_specs(spec.key, budget),
+                *(tpu_checks.vm_check_specs(spec.key) if on_tpu_vm else []),
             ]
         )
     )
@@ -47,10 +48,9 @@ def build_test_suite_asset(spec: StageSpec) -> dg.AssetsDefinition:
         registries: ContainerRegistriesResource,
         bazel_rbe: BazelRbeResource,
         tpu_vms: TpuVmResource,
-    ) -> Iterator[dg.MaterializeResult]:
+    ) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
         """JUnit report of one test suite for one night and target."""
         extra: dict[str, object] = {}
-        cost_checks: list[dg.AssetCheckResult] = []
         with recorded_stage(context, spec, artefacts, warehouse) as run:
             environment = artefacts.read_manifest(run.key, env_stage) if env_stage else {}
             if run.runner is not None and run.runner.kind == "tpu_vm":
@@ -58,7 +58,7 @@ def build_test_suite_asset(spec: StageSpec) -> dg.AssetsDefinition:
                     context, run, spec, artefacts, warehouse.store(), tpu_vms
                 )
                 if budget is not None:
-                    cost_checks.append(tpu_checks.cost_within_budget(spec.key, cost, budget))
+                    run.checks.append(tpu_checks.cost_within_budget(spec.key, cost, budget))
             elif suite.bazel is not None:
                 report, extra = _run_bazel_suite(context, run, suite, spec, artefacts, bazel_rbe)
             elif runs_in_image(environment):
@@ -73,22 +73,19 @@ def build_test_suite_asset(spec: StageSpec) -> dg.AssetsDefinition:
             run.manifest.update(
                 report=report.counts(), collect_only=report.collect_only, junit=list(report.source_files)
             )
+            run.published.extend(Path(f) for f in report.source_files)
+            passed = checks.tests_passed(spec.key, report)
+            run.checks[:0] = [
+                passed,
+                checks.test_count_stable(spec.key, report, previous, thresholds.test_count_drop_pct),
+            ]
             run.status = "success" if report.passed_all else "failure"
             run.detail = f"{report.count('passed')}/{report.total} passed" + (
                 " (collect-only)" if report.collect_only else ""
             )
-        yield dg.MaterializeResult(
-            metadata={
-                **report_metadata(report),  # type: ignore[dict-item]
-                **extra,  # type: ignore[dict-item]
-                "artefacts": dg.MetadataValue.path(str(run.workdir)),
-            },
-            check_results=[
-                checks.tests_passed(spec.key, report),
-                checks.test_count_stable(spec.key, report, previous, thresholds.test_count_drop_pct),
-                *cost_checks,
-            ],
-        )
+            if not passed.passed:
+                run.failure = passed.description
+        yield from stage_events(run, {**report_metadata(report), **extra})
 
     return _test_report
 
@@ -193,6 +190,7 @@ def _run_suite_in_image(
         env=env,
     )
     log = result.out_dir / "output.log"
+    run.published.append(log)
     output = log.read_text(errors="replace") if log.is_file() else ""
     if result.timed_out or result.returncode not in PYTEST_USABLE_EXIT_CODES:
         tail = "\n".join(output.splitlines()[-30:])

@@ -7,6 +7,7 @@ import datetime as dt
 import dagster as dg
 
 from nightly_assets.results import TestReport
+from nightly_assets.testing.junit import failures_markdown
 
 TESTS_PASSED = "tests_passed"
 TEST_COUNT_STABLE = "test_count_stable"
@@ -28,25 +29,36 @@ def test_report_check_specs(key: dg.AssetKey, max_drop_pct: float) -> list[dg.As
     ]
 
 
+NAMED_FAILURES = 10  # failing tests named in a check, an alert or a step's error
+
+
 def tests_passed(key: dg.AssetKey, report: TestReport) -> dg.AssetCheckResult:
     if report.collect_only:
         passed = report.total > 0
-        summary = f"{report.total} tests collected (collect-only)"
+        summary = f"{report.total} tests collected (collect-only)" + ("" if passed else ": no test found")
     else:
         passed = report.passed_all
-        summary = f"{report.count('passed')} passed, {len(report.failures)} failed of {report.total}"
+        summary = failure_summary(report)
     return dg.AssetCheckResult(
         check_name=TESTS_PASSED,
         asset_key=key,
         passed=passed,
         severity=dg.AssetCheckSeverity.ERROR,
         description=summary,
-        metadata={
-            "failed_tests": dg.MetadataValue.text(
-                "\n".join(f"{c.node_id}: {(c.message or '')[:200]}" for c in report.failures[:50]) or "none"
-            ),
-        },
+        metadata={"failures": dg.MetadataValue.md(failures_markdown(report.failures))},
     )
+
+
+def failure_summary(report: TestReport, named: int = NAMED_FAILURES) -> str:
+    """'9 passed, 1 failed of 10' and, below it, the first `named` failing tests with their message."""
+    failures = report.failures
+    line = f"{report.count('passed')} passed, {len(failures)} failed of {report.total}"
+    if not failures:
+        return line
+    names = [f"{c.node_id}: {' '.join((c.message or c.outcome).split())[:240]}" for c in failures[:named]]
+    if len(failures) > named:
+        names.append(f"… and {len(failures) - named} more")
+    return "\n".join([line + ":", *(f"  {n}" for n in names)])
 
 
 def test_count_stable(

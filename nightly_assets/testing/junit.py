@@ -8,6 +8,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import dagster as dg
+
 # defusedxml 0.7 ships no type hints (pyproject sets ignore_missing_imports), so these are Any.
 import defusedxml.ElementTree as SafeET
 from defusedxml.common import (
@@ -110,7 +112,8 @@ def parse_collect_only(output: str, suite: str, runner: str = "local") -> TestRe
 
 
 def report_metadata(report: TestReport) -> dict[str, object]:
-    """Flat, plain-valued summary suitable as Dagster asset metadata."""
+    """The report as Dagster asset metadata: counts, and the failing tests as Markdown and a table
+    that the UI renders."""
     counts = report.counts()
     ran = report.total - counts["skipped"] - counts["collected"]
     return {
@@ -120,8 +123,28 @@ def report_metadata(report: TestReport) -> dict[str, object]:
         "collect_only": report.collect_only,
         "pass_rate": counts["passed"] / ran if ran else 1.0,
         "flaky": len(report.flaky),
-        "failures_md": _failures_markdown(report.failures),
+        "failures": dg.MetadataValue.md(failures_markdown(report.failures)),
+        "failed_tests": dg.MetadataValue.table(
+            records=[
+                dg.TableRecord({"test": c.node_id, "outcome": c.outcome, "message": _one_line(c.message)})
+                for c in report.failures[:MAX_FAILURE_ROWS]
+            ],
+            schema=_FAILED_TESTS_SCHEMA,
+        ),
     }
+
+
+_FAILED_TESTS_SCHEMA = dg.TableSchema(
+    columns=[
+        dg.TableColumn("test", "string", description="node id (classname::name)"),
+        dg.TableColumn("outcome", "string", description="failed or error"),
+        dg.TableColumn("message", "string", description="the failure message, first characters"),
+    ]
+)
+
+
+def _one_line(message: str | None) -> str:
+    return " ".join((message or "").split())[:MAX_ROW_MESSAGE_CHARS]
 
 
 def _parse_file(path: Path, suite: str, runner: str, default_classname: str, attempts: int = 1) -> TestReport:
@@ -188,22 +211,28 @@ def _forbidden_construct(exc: DefusedXmlException) -> str:
 
 
 def _iter_testcases(element: Element) -> Iterator[Element]:
-    """Yield testcases in document order, descending through nested suites."""
-    for child in element:
-        if child.tag == "testcase":
+    """Yield testcases in document order, descending through nested suites (with a stack, not
+    recursion: a file may nest suites deeper than Python's recursion limit)."""
+    stack = [iter(element)]
+    while stack:
+        child = next(stack[-1], None)
+        if child is None:
+            stack.pop()
+        elif child.tag == "testcase":
             yield child
         elif child.tag in _ROOT_TAGS:
-            yield from _iter_testcases(child)
+            stack.append(iter(child))
 
 
 def _outermost_suites(root: Element) -> Iterator[Element]:
     # Nested suites' times are included in their parent's, so only the outermost ones add up.
-    if root.tag == "testsuite":
-        yield root
-        return
-    for child in root:
-        if child.tag in _ROOT_TAGS:
-            yield from _outermost_suites(child)
+    stack = [root]
+    while stack:
+        element = stack.pop()
+        if element.tag == "testsuite":
+            yield element
+        else:
+            stack.extend(reversed([child for child in element if child.tag in _ROOT_TAGS]))
 
 
 def _parse_testcase(
@@ -264,12 +293,13 @@ def _merge(reports: Sequence[TestReport], suite: str, runner: str) -> TestReport
     )
 
 
-def _failures_markdown(failures: Sequence[TestCase]) -> str:
+def failures_markdown(failures: Sequence[TestCase]) -> str:
+    """The first failing tests as a Markdown table (test, outcome, message)."""
     if not failures:
         return "none"
     rows = ["| test | outcome | message |", "| --- | --- | --- |"]
     for case in failures[:MAX_FAILURE_ROWS]:
-        message = " ".join((case.message or "").split())[:MAX_ROW_MESSAGE_CHARS]
+        message = _one_line(case.message)
         rows.append(f"| {_md_cell(case.node_id)} | {case.outcome} | {_md_cell(message)} |")
     if len(failures) > MAX_FAILURE_ROWS:
         rows.append(f"\n… and {len(failures) - MAX_FAILURE_ROWS} more")

@@ -9,7 +9,7 @@ import dagster as dg
 from nightly_assets.artefacts.resources import ArtefactStoreResource
 from nightly_assets.process import run_command
 from nightly_assets.remote.pending import require_local_runner
-from nightly_assets.stages import StageSpec, recorded_stage
+from nightly_assets.stages import StageSpec, recorded_stage, stage_events
 from nightly_assets.warehouse.resources import WarehouseResource
 
 LINT_CLEAN = "lint_clean"
@@ -26,7 +26,7 @@ def build_lint_asset(spec: StageSpec) -> dg.AssetsDefinition:
     @dg.asset(**spec.asset_args(check_specs=[check]))
     def _lint(
         context: dg.AssetExecutionContext, artefacts: ArtefactStoreResource, warehouse: WarehouseResource
-    ) -> Iterator[dg.MaterializeResult]:
+    ) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
         """ruff findings for the night's pinned checkout."""
         with recorded_stage(context, spec, artefacts, warehouse) as run:
             require_local_runner(spec, run)
@@ -40,10 +40,10 @@ def build_lint_asset(spec: StageSpec) -> dg.AssetsDefinition:
             findings = json.loads(result.output or "[]")
             run.manifest["findings"] = len(findings)
             run.detail = f"{len(findings)} finding(s)"
-        lines = [f"{f['filename']}:{f['location']['row']}: {f['code']} {f['message']}" for f in findings[:50]]
-        yield dg.MaterializeResult(
-            metadata={"findings": len(findings)},
-            check_results=[
+            lines = [
+                f"{f['filename']}:{f['location']['row']}: {f['code']} {f['message']}" for f in findings[:50]
+            ]
+            run.checks.append(
                 dg.AssetCheckResult(
                     check_name=LINT_CLEAN,
                     asset_key=spec.key,
@@ -52,7 +52,9 @@ def build_lint_asset(spec: StageSpec) -> dg.AssetsDefinition:
                     description=run.detail,
                     metadata={"first_findings": dg.MetadataValue.text("\n".join(lines) or "none")},
                 )
-            ],
-        )
+            )
+            if findings:
+                run.failure = f"{run.detail}:\n" + "\n".join(f"  {line}" for line in lines[:10])
+        yield from stage_events(run, {"findings": len(findings)})
 
     return _lint

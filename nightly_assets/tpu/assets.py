@@ -7,7 +7,9 @@ import dagster as dg
 from nightly_assets.artefacts.resources import ArtefactStoreResource
 from nightly_assets.results import TestReport
 from nightly_assets.stages import StageRun, StageSpec
-from nightly_assets.tpu.resources import TpuVmResource
+from nightly_assets.tpu import checks as tpu_checks
+from nightly_assets.tpu.nodes import TpuApiError
+from nightly_assets.tpu.resources import TpuVmResource, alive_run_ids
 from nightly_assets.tpu.stage import TpuStageParams, run_suite_on_vm
 from nightly_assets.warehouse.store import MachineCost, Warehouse
 
@@ -32,6 +34,7 @@ def run_tpu_suite_stage(
             tpu_node=cost.machine, vm_lifetime_s=cost.lifetime_s, cost_usd=cost.cost_usd, vm_ended=cost.ended
         )
 
+    _sweep_leftovers(context, tpu_vms, str(run.target.params.get("zone", "")))
     result = run_suite_on_vm(
         tpu_vms,
         name=spec.stage.name,
@@ -50,6 +53,7 @@ def run_tpu_suite_stage(
     if result.outcome.timing_path is not None:
         run.manifest["timing_file"] = str(result.outcome.timing_path)  # the benchmarks stage reads it
     cost = result.cost
+    run.checks.append(tpu_checks.vm_deleted(spec.key, result.outcome.node_name, result.outcome.delete_error))
     metadata: dict[str, object] = {
         "tpu/node": result.outcome.node_name,
         "tpu/vm_lifetime_s": dg.MetadataValue.float(cost.lifetime_s),
@@ -57,3 +61,18 @@ def run_tpu_suite_stage(
         "tpu/log": dg.MetadataValue.path(str(result.outcome.log_path)),
     }
     return result.report, metadata, cost
+
+
+def _sweep_leftovers(context: dg.AssetExecutionContext, tpu_vms: TpuVmResource, zone: str) -> None:
+    """Delete this tool's VMs in the zone whose run is over before making a new one: a crashed
+    or twice-interrupted run may have left one, and the sweeper sensor only runs every 15 minutes
+    (and not at all without the daemon). Never fails the stage."""
+    if not zone:
+        return
+    try:
+        swept = tpu_vms.sweep([zone], alive_run_ids(context.instance), log=context.log)
+    except TpuApiError as exc:
+        context.log.warning(f"sweeping leftover TPU VMs in {zone} failed: {exc}")
+        return
+    if swept:
+        context.log.warning(f"deleted {len(swept)} leftover TPU VM(s) in {zone}: {', '.join(swept)}")

@@ -1,4 +1,5 @@
-"""The cost check of a suite on a rented TPU VM: tonight's VM cost against the catalog's budget."""
+"""The checks of a suite on a rented TPU VM: its cost against the catalog's budget, and whether
+the VM is really gone (a leaked VM keeps costing until the sweeper deletes it)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import dagster as dg
 from nightly_assets.warehouse.store import MachineCost
 
 COST_WITHIN_BUDGET = "cost_within_budget"
+VM_DELETED = "tpu_vm_deleted"
 
 
 def cost_check_specs(key: dg.AssetKey, budget_usd: float | None) -> list[dg.AssetCheckSpec]:
@@ -36,4 +38,28 @@ def cost_within_budget(key: dg.AssetKey, cost: MachineCost, budget_usd: float) -
             "budget_usd": dg.MetadataValue.float(budget_usd),
             "lifetime_s": dg.MetadataValue.float(cost.lifetime_s),
         },
+    )
+
+
+def vm_check_specs(key: dg.AssetKey) -> list[dg.AssetCheckSpec]:
+    return [
+        dg.AssetCheckSpec(
+            VM_DELETED,
+            asset=key,
+            description="The run's TPU VM was deleted when the suite ended (a leaked one keeps costing).",
+        )
+    ]
+
+
+def vm_deleted(key: dg.AssetKey, node: str, delete_error: str | None) -> dg.AssetCheckResult:
+    return dg.AssetCheckResult(
+        check_name=VM_DELETED,
+        asset_key=key,
+        passed=delete_error is None,
+        severity=dg.AssetCheckSeverity.WARN,
+        description=(
+            f"{node} deleted"
+            if delete_error is None
+            else f"{node} could not be deleted and may still run (the sweeper retries): {delete_error}"
+        ),
     )

@@ -102,6 +102,7 @@ class TpuVmSettings:
     poll_interval_s: float
     delete_timeout_s: float
     ssh_connect_timeout_s: float
+    create_retry_s: float
     ssh_keepalive_s: int
     use_internal_ip: bool
     use_queued_resource: bool

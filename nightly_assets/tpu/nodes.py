@@ -33,6 +33,12 @@ _TRANSIENT = api_retry.if_exception_type(
     api_exceptions.DeadlineExceeded,
     ConnectionError,
 )
+# Answers to a create that create() handles itself: asked again, or taken as done.
+_CREATE_DECIDES = (
+    api_exceptions.TooManyRequests,
+    api_exceptions.ResourceExhausted,
+    api_exceptions.AlreadyExists,
+)
 # States after which a node never gets READY again (a spot/preemptible VM that was taken back).
 GONE_STATES = frozenset({"PREEMPTED", "TERMINATED", "STOPPED", "STOPPING", "DELETING", "HIDDEN"})
 
@@ -121,8 +127,34 @@ class TpuNodes:
     def queued_name(self, zone: str, node_id: str) -> str:
         return f"{self.parent(zone)}/queuedResources/{node_id}"
 
-    def create(self, request: NodeRequest, queued: bool) -> operation.Operation:
-        """Ask for the node (or a queued resource of the same ID holding it); does not wait."""
+    def create(self, request: NodeRequest, queued: bool, retry_s: float = 0.0) -> operation.Operation | None:
+        """Ask for the node (or a queued resource of the same ID holding it); does not wait.
+
+        A 429 / RESOURCE_EXHAUSTED answer (rate limit, or no capacity now) is asked again with
+        backoff for up to `retry_s`, as the API asks. Returns None when a retry found the node
+        already there (an earlier attempt made it after all)."""
+        deadline = time.monotonic() + retry_s
+        pause, attempts = 1.0, 0
+        while True:
+            attempts += 1
+            try:
+                return self._create_once(request, queued)
+            except api_exceptions.AlreadyExists:
+                if attempts > 1:
+                    return None  # the answer to an earlier attempt was lost, not its effect
+                raise TpuApiError(
+                    f"creating TPU node {request.node_id} in {request.zone}: it already exists"
+                ) from None
+            except (api_exceptions.TooManyRequests, api_exceptions.ResourceExhausted) as exc:
+                if time.monotonic() + pause > deadline:
+                    waited = f" (asked {attempts} times over {retry_s:g} s)" if attempts > 1 else ""
+                    raise TpuQuotaError(
+                        _quota_message(request, f"{exc.message}{waited}", created=False)
+                    ) from None
+                time.sleep(pause)
+                pause = min(pause * 2, 60.0)
+
+    def _create_once(self, request: NodeRequest, queued: bool) -> operation.Operation:
         node = tpu_v2.Node(
             accelerator_type=request.accelerator_type,
             runtime_version=request.runtime_version,
@@ -150,8 +182,12 @@ class TpuNodes:
             return self.client.create_node(
                 parent=parent, node=node, node_id=request.node_id, timeout=self.timeout
             )
-        except (api_exceptions.TooManyRequests, api_exceptions.ResourceExhausted) as exc:
-            raise TpuQuotaError(_quota_message(request, exc.message)) from None
+        except (
+            api_exceptions.TooManyRequests,
+            api_exceptions.ResourceExhausted,
+            api_exceptions.AlreadyExists,
+        ):
+            raise  # create() decides
         except api_exceptions.GoogleAPICallError as exc:
             raise TpuApiError(
                 f"creating TPU node {request.node_id} in {request.zone}: {_describe(exc)}"
@@ -176,7 +212,7 @@ class TpuNodes:
     def wait_ready(
         self,
         request: NodeRequest,
-        creation: operation.Operation,
+        creation: operation.Operation | None,
         queued: bool,
         timeout_s: float,
         poll_s: float,
@@ -190,7 +226,7 @@ class TpuNodes:
                 queued_state = self.queued_state(self.queued_name(request.zone, request.node_id))
                 if queued_state is not None and queued_state[0] == "FAILED":
                     if "quota" in queued_state[1].lower() or "RESOURCE_EXHAUSTED" in queued_state[1]:
-                        raise TpuQuotaError(_quota_message(request, queued_state[1]))
+                        raise TpuQuotaError(_quota_message(request, queued_state[1], created=True))
                     raise TpuNotReadyError(f"queued resource for {name} FAILED: {queued_state[1]}")
                 seen = f"queued resource {queued_state[0] if queued_state else 'missing'}"
             node = self.get(name)
@@ -200,7 +236,7 @@ class TpuNodes:
                     return node
                 if seen in GONE_STATES:
                     raise TpuNotReadyError(f"node {name} went {seen} before it was READY")
-            if not queued:
+            if not queued and creation is not None:
                 self._raise_if_creation_failed(request, creation)
             if time.monotonic() >= deadline:
                 raise TpuNotReadyError(
@@ -217,7 +253,7 @@ class TpuNodes:
             return
         text = getattr(error, "message", str(error))
         if isinstance(error, (api_exceptions.ResourceExhausted, api_exceptions.TooManyRequests)):
-            raise TpuQuotaError(_quota_message(request, text))
+            raise TpuQuotaError(_quota_message(request, text, created=True))
         raise TpuNotReadyError(f"creating node {request.node_id} in {request.zone} failed: {text}")
 
     def host_keys(self, name: str) -> dict[str, str]:
@@ -310,10 +346,11 @@ def _is_base64(value: str) -> bool:
         return False
 
 
-def _quota_message(request: NodeRequest, detail: str) -> str:
+def _quota_message(request: NodeRequest, detail: str, *, created: bool) -> str:
+    made = "the request had made a node, which is deleted now" if created else "nothing was created"
     return (
         f"no TPU capacity: quota exhausted for accelerator type {request.accelerator_type} in zone "
-        f"{request.zone} (RESOURCE_EXHAUSTED: {detail}); nothing was created. Ask for quota in that zone, "
+        f"{request.zone} (RESOURCE_EXHAUSTED: {detail}); {made}. Ask for quota in that zone, "
         "pick another zone in the catalog target, or retry later"
     )
 

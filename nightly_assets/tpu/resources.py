@@ -43,7 +43,10 @@ class TpuVmResource(dg.ConfigurableResource):
     check_host_keys: bool = Field(default=True, description="pin the host key the node publishes")
     ready_timeout_s: float = Field(default=900.0, gt=0, description="create requested -> READY")
     poll_interval_s: float = Field(default=10.0, gt=0, description="between node state polls")
-    delete_timeout_s: float = Field(default=600.0, gt=0)
+    delete_timeout_s: float = Field(default=600.0, gt=0, description="delete asked -> node gone")
+    create_retry_s: float = Field(
+        default=300.0, ge=0, description="how long a create answered 429 RESOURCE_EXHAUSTED is asked again"
+    )
     api_timeout_s: float = Field(default=60.0, gt=0, description="per TPU API call")
     ssh_connect_timeout_s: float = Field(default=300.0, gt=0, description="READY -> SSH accepts the key")
     ssh_keepalive_s: int = Field(default=15, ge=0)
@@ -70,6 +73,7 @@ class TpuVmResource(dg.ConfigurableResource):
             poll_interval_s=self.poll_interval_s,
             delete_timeout_s=self.delete_timeout_s,
             ssh_connect_timeout_s=self.ssh_connect_timeout_s,
+            create_retry_s=self.create_retry_s,
             ssh_keepalive_s=self.ssh_keepalive_s,
             use_internal_ip=self.use_internal_ip,
             use_queued_resource=self.use_queued_resource,
@@ -147,6 +151,20 @@ class TpuVmResource(dg.ConfigurableResource):
         )
 
 
+# A run in one of these may still own a VM; any other state means its VM is an orphan.
+ALIVE_STATUSES = [
+    dg.DagsterRunStatus.QUEUED,
+    dg.DagsterRunStatus.NOT_STARTED,
+    dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.STARTED,
+    dg.DagsterRunStatus.CANCELING,
+]
+
+
+def alive_run_ids(instance: dg.DagsterInstance) -> list[str]:
+    return [r.run_id for r in instance.get_runs(filters=dg.RunsFilter(statuses=ALIVE_STATUSES))]
+
+
 def sweep_orphans(
     nodes: TpuNodes,
     zones: Iterable[str],
@@ -180,7 +198,8 @@ def sweep_orphans(
 
 def tpu_vms_from_env() -> TpuVmResource:
     """NIGHTLY_TPU_PROJECT (required to run), _API_ENDPOINT, _CREDENTIALS, _SSH_USER, _SSH_PORT,
-    _REMOTE_ROOT, _POLL_S, _READY_TIMEOUT_S, _QUEUED; unset ones keep the resource's defaults."""
+    _REMOTE_ROOT, _POLL_S, _READY_TIMEOUT_S, _QUEUED, _DELETE_TIMEOUT_S, _SSH_CONNECT_TIMEOUT_S,
+    _CREATE_RETRY_S; unset ones keep the resource's defaults."""
     env = {
         "project": "NIGHTLY_TPU_PROJECT",
         "api_endpoint": "NIGHTLY_TPU_API_ENDPOINT",
@@ -191,6 +210,9 @@ def tpu_vms_from_env() -> TpuVmResource:
         "poll_interval_s": "NIGHTLY_TPU_POLL_S",
         "ready_timeout_s": "NIGHTLY_TPU_READY_TIMEOUT_S",
         "use_queued_resource": "NIGHTLY_TPU_QUEUED",
+        "delete_timeout_s": "NIGHTLY_TPU_DELETE_TIMEOUT_S",
+        "ssh_connect_timeout_s": "NIGHTLY_TPU_SSH_CONNECT_TIMEOUT_S",
+        "create_retry_s": "NIGHTLY_TPU_CREATE_RETRY_S",
     }
     config: dict[str, object] = {field: os.environ[var] for field, var in env.items() if os.environ.get(var)}
     config.setdefault("project", "")

@@ -3,16 +3,7 @@
 import dagster as dg
 
 from nightly_assets.catalog.models import Catalog
-from nightly_assets.tpu.resources import TpuVmResource
-
-# A run in one of these may still own a VM; any other state means its VM is an orphan.
-ALIVE_STATUSES = [
-    dg.DagsterRunStatus.QUEUED,
-    dg.DagsterRunStatus.NOT_STARTED,
-    dg.DagsterRunStatus.STARTING,
-    dg.DagsterRunStatus.STARTED,
-    dg.DagsterRunStatus.CANCELING,
-]
+from nightly_assets.tpu.resources import TpuVmResource, alive_run_ids
 
 
 def tpu_zones(catalog: Catalog) -> list[str]:
@@ -39,7 +30,7 @@ def build_tpu_sweeper_sensor(catalog: Catalog, running: bool) -> dg.SensorDefini
     def tpu_vm_sweeper(context: dg.SensorEvaluationContext, tpu_vms: TpuVmResource) -> dg.SkipReason:
         if not tpu_vms.project:
             return dg.SkipReason("no GCP project configured (NIGHTLY_TPU_PROJECT): nothing to sweep")
-        alive = [r.run_id for r in context.instance.get_runs(filters=dg.RunsFilter(statuses=ALIVE_STATUSES))]
+        alive = alive_run_ids(context.instance)
         deleted = tpu_vms.sweep(zones, alive, log=context.log)
         names = ", ".join(name.rsplit("/", 1)[-1] for name in deleted)
         return dg.SkipReason(

@@ -17,6 +17,7 @@ from types import TracebackType
 import dagster as dg
 import paramiko
 
+from nightly_assets.interrupts import deferred_interrupts
 from nightly_assets.tpu import ssh
 from nightly_assets.tpu.models import Reason, TpuRunOutcome, TpuSuite, TpuTarget, TpuVmSettings
 from nightly_assets.tpu.nodes import (
@@ -24,7 +25,6 @@ from nightly_assets.tpu.nodes import (
     RUN_LABEL,
     TOOL_LABEL,
     NodeRequest,
-    TpuApiError,
     TpuNodes,
     TpuNotReadyError,
     TpuQuotaError,
@@ -107,7 +107,7 @@ class TpuVm:
             "creating TPU node %s (%s in %s)", self.node_name, request.accelerator_type, request.zone
         )
         try:
-            creation = self.nodes.create(request, queued=queued)
+            creation = self.nodes.create(request, queued=queued, retry_s=self.settings.create_retry_s)
         except TpuQuotaError:
             self._may_exist = False  # refused outright: there is nothing to delete or pay for
             raise
@@ -122,20 +122,26 @@ class TpuVm:
         if exc is not None and self._reason is None:
             self._stop(_reason_for(exc), f"{type(exc).__name__}: {exc}")
         deleted_at, delete_error = None, None
+        interrupts: list[int] = []
         if self._may_exist:
-            try:
-                self.nodes.delete(
-                    self.target.zone,
-                    self.node_id,
-                    self.settings.delete_timeout_s,
-                    self.settings.poll_interval_s,
-                )
-                deleted_at = datetime.datetime.now(datetime.UTC)
-            except Exception as error:
-                delete_error = f"{type(error).__name__}: {error}"
-                self.log.error(
-                    "TPU node %s may be left running (the sweeper deletes it): %s", self.node_name, error
-                )
+            # A second interrupt must not cut the delete short: it would leave a READY node. It is
+            # raised once the outcome (the cost row's source) is recorded.
+            with deferred_interrupts(
+                self.log, f"deleting TPU node {self.node_name}", reraise=False
+            ) as interrupts:
+                try:
+                    self.nodes.delete(
+                        self.target.zone,
+                        self.node_id,
+                        self.settings.delete_timeout_s,
+                        self.settings.poll_interval_s,
+                    )
+                    deleted_at = datetime.datetime.now(datetime.UTC)
+                except Exception as error:
+                    delete_error = f"{type(error).__name__}: {error}"
+                    self.log.error(
+                        "TPU node %s may be left running (the sweeper deletes it): %s", self.node_name, error
+                    )
         lifetime_s = time.monotonic() - self._started if self._may_exist else 0.0
         suite = self._suite
         self.outcome = TpuRunOutcome(
@@ -163,8 +169,10 @@ class TpuVm:
             self.outcome.cost_usd,
             self._reason or "completed",
         )
-        if delete_error is not None and exc is None:
-            raise TpuApiError(f"TPU node {self.node_name} could not be deleted: {delete_error}")
+        # A delete that never finished does not discard the suite's results: the stage keeps them
+        # and reports the leak (outcome.delete_error); the sweeper deletes the node later.
+        if interrupts and exc is None:
+            raise KeyboardInterrupt(f"interrupted while deleting TPU node {self.node_name}")
 
     def _stop(self, reason: Reason, detail: str) -> None:
         self._reason, self._detail = reason, detail

@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from nightly_assets.catalog.models import Suite, Target
+from nightly_assets.interrupts import deferred_interrupts
 from nightly_assets.results import TestReport
 from nightly_assets.testing.junit import parse_junit
 from nightly_assets.testing.resources import PYTEST_USABLE_EXIT_CODES, TestRunError
@@ -72,7 +73,7 @@ def _machine_cost(stage: str, outcome: TpuRunOutcome, hourly_usd: float) -> Mach
         lifetime_s=round(outcome.lifetime_s, 3),
         hourly_usd=hourly_usd,
         cost_usd=outcome.cost_usd,
-        ended=outcome.reason or "completed",
+        ended="leaked" if outcome.delete_error else outcome.reason or "completed",
     )
 
 
@@ -145,7 +146,8 @@ def run_suite_on_vm(
     except BaseException as exc:
         interrupted = getattr(exc, "tpu_outcome", None)  # run_suite puts it on what it re-raises
         if isinstance(interrupted, TpuRunOutcome):
-            on_cost(_machine_cost(name, interrupted, tpu_target.hourly_usd))
+            with deferred_interrupts(log, "recording the TPU VM's cost"):  # a second Ctrl-C waits
+                on_cost(_machine_cost(name, interrupted, tpu_target.hourly_usd))
         raise
     cost = _machine_cost(name, outcome, tpu_target.hourly_usd)
     on_cost(cost)

@@ -8,7 +8,9 @@ failed write leaves the previous rows. Works on SQLite and on MySQL/MariaDB (PyM
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import json
+import logging
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -16,17 +18,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-from sqlalchemy import ColumnElement, create_engine, delete, event, func, insert, select
+from sqlalchemy import ColumnElement, create_engine, delete, event, func, insert, select, update
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, DBAPIError, DisconnectionError, IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from nightly_assets.results import BenchmarkResult, NightKey, Outcome, TestCase, TestReport
+from nightly_assets.results import BenchmarkResult, CheckOutcome, NightKey, Outcome, TestCase, TestReport
 from nightly_assets.warehouse.tables import (
     ALL_TABLES,
     Base,
     BenchmarkTable,
+    CheckTable,
     CostTable,
+    LeaseTable,
     NightTable,
     StageTable,
     SuiteTable,
@@ -34,9 +38,13 @@ from nightly_assets.warehouse.tables import (
 )
 
 T = TypeVar("T")
+_log = logging.getLogger(__name__)
 
-_MYSQL_RETRY_CODES = frozenset({1205, 1213})  # lock wait timeout, deadlock
-_WRITE_ATTEMPTS = 3
+# MySQL/MariaDB errors that a retry can outlive: lock wait timeout, deadlock, server shutting
+# down, can't connect, server gone away, lost connection, connection killed, disconnected.
+_TRANSIENT_MYSQL_CODES = frozenset({1205, 1213, 1053, 2003, 2006, 2013, 2055, 1927, 4031})
+RETRY_S = 60.0  # how long a read or write keeps retrying a transient error (a database restart)
+_BACKOFF_S = (0.25, 0.5, 1.0, 2.0, 4.0)  # then 5 s between attempts
 
 
 class WarehouseError(RuntimeError):
@@ -78,6 +86,7 @@ class NightRow:
     run_id: str
     status: str
     pins: dict[str, str]
+    updated_at: dt.datetime | None = None  # naive UTC
 
 
 def safe_url(url: str) -> str:
@@ -97,16 +106,21 @@ def _password(url: str) -> str | None:
 
 
 class Warehouse:
-    def __init__(self, url: str) -> None:
+    """The results warehouse. Every read and write retries transient errors (a lost connection, a
+    restarting server, a deadlock) with backoff for up to `retry_s`, so a database restart during a
+    night delays its stages instead of failing them."""
+
+    def __init__(self, url: str, *, retry_s: float = RETRY_S) -> None:
         self._url = safe_url(url)
         self._secret = _password(url)
+        self._retry_s = retry_s
         try:
             self._engine = create_engine(url, pool_pre_ping=True, **_engine_options(url))
             if self._engine.dialect.name == "sqlite":
                 event.listen(self._engine, "connect", _sqlite_on_connect)
-            Base.metadata.create_all(self._engine)
         except (SQLAlchemyError, ImportError, OSError, ValueError) as exc:
             raise self._error("cannot open", exc) from exc
+        self._retrying("cannot open", lambda: Base.metadata.create_all(self._engine))
         self._sessions = sessionmaker(self._engine)
 
     def __repr__(self) -> str:
@@ -153,11 +167,92 @@ class Warehouse:
         self._replace(StageTable, where, [row])
 
     def clear_stages(self, key: NightKey, *, keep: str | None = None) -> None:
-        """Forget the key's stage rows (but `keep`'s): a new run of the night starts a new table."""
-        where = [*_is_key(StageTable, key)]
-        if keep is not None:
-            where.append(StageTable.stage != keep)
-        self._replace(StageTable, where, [])
+        """Forget the key's stage and check rows (but `keep`'s): a new run of the night starts a new table."""
+
+        def write(session: Session) -> None:
+            for table in (StageTable, CheckTable):
+                where = [*_is_key(table, key)]
+                if keep is not None:
+                    where.append(table.stage != keep)
+                session.execute(delete(table).where(*where))
+
+        self._write(write)
+
+    def end_stages(self, key: NightKey, *, run_id: str, status: str) -> list[str]:
+        """Stages of `run_id` still `running` after that run ended (a crash, a cancel) get `status`.
+        Returns their names."""
+        running = [*_is_key(StageTable, key), StageTable.status == "running", StageTable.run_id == run_id]
+        stuck: list[str] = []
+
+        def write(session: Session) -> None:
+            stuck[:] = session.scalars(select(StageTable.stage).where(*running)).all()
+            if stuck:
+                session.execute(update(StageTable).where(*running).values(status=status))
+
+        self._write(write)
+        return stuck
+
+    def set_night_status(self, key: NightKey, status: str, *, only_if: str) -> bool:
+        """Set the night's status when it is `only_if`; whether it was."""
+        changed = False
+
+        def write(session: Session) -> None:
+            nonlocal changed
+            result = session.execute(
+                update(NightTable)
+                .where(*_is_key(NightTable, key), NightTable.status == only_if)
+                .values(status=status, updated_at=dt.datetime.now(dt.UTC).replace(tzinfo=None))
+            )
+            changed = bool(getattr(result, "rowcount", 0))
+
+        self._write(write)
+        return changed
+
+    def take_lease(self, key: NightKey, run_id: str, is_over: Callable[[str], bool]) -> str | None:
+        """Take the night's lease for `run_id`. Returns None when this run holds it now, else the
+        run that does. A holder for which `is_over` is true loses it (compare and swap)."""
+        where = _is_key(LeaseTable, key)
+        for _ in range(3):  # another run may take or free it between our read and our write
+            now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+            holder = self._read(lambda s: s.scalar(select(LeaseTable.run_id).where(*where)))
+            if holder == run_id:
+                return None
+            if holder is not None and not is_over(holder):
+                return str(holder)
+            if holder is None:
+                statement: Any = insert(LeaseTable).values(**_key(key), run_id=run_id, taken_at=now)
+            else:
+                statement = (
+                    update(LeaseTable)
+                    .where(*where, LeaseTable.run_id == holder)
+                    .values(run_id=run_id, taken_at=now)
+                )
+            if self._changes(statement):
+                return None
+        holder = self._read(lambda s: s.scalar(select(LeaseTable.run_id).where(*where)))
+        return None if holder == run_id else str(holder)
+
+    def release_leases(self, run_id: str) -> None:
+        """The run has ended: the nights it held are free."""
+        self._changes(delete(LeaseTable).where(LeaseTable.run_id == run_id))
+
+    def record_checks(
+        self, key: NightKey, stage: str, checks: Sequence[CheckOutcome], *, run_id: str
+    ) -> None:
+        """Replace the check rows of (key, stage)."""
+        rows = [
+            {
+                **_key(key),
+                "stage": stage,
+                "name": c.name,
+                "severity": c.severity,
+                "passed": c.passed,
+                "description": c.description,
+                "run_id": run_id,
+            }
+            for c in checks
+        ]
+        self._replace(CheckTable, [*_is_key(CheckTable, key), CheckTable.stage == stage], rows)
 
     def record_test_report(self, key: NightKey, report: TestReport) -> None:
         """Replace the suite row and all test-case rows of (key, report.suite)."""
@@ -298,18 +393,30 @@ class Warehouse:
         rows = self._read(lambda s: s.execute(query).all())
         return [(r.night, r.value) for r in rows]
 
+    def checks(self, key: NightKey) -> list[CheckOutcome]:
+        """The night's check outcomes, by stage and check name."""
+        query = (
+            select(CheckTable).where(*_is_key(CheckTable, key)).order_by(CheckTable.stage, CheckTable.name)
+        )
+        rows = self._read(lambda s: s.scalars(query).all())
+        return [
+            CheckOutcome(r.stage, r.name, cast(Any, r.severity), r.passed, r.description or "") for r in rows
+        ]
+
     def costs(self, key: NightKey) -> list[MachineCost]:
         """The night's machine costs, by stage."""
         query = select(CostTable).where(*_is_key(CostTable, key)).order_by(CostTable.stage)
         rows = self._read(lambda s: s.scalars(query).all())
         return [MachineCost(**{name: getattr(r, name) for name in _COST_COLUMNS}) for r in rows]
 
-    def nights(self, pipeline: str | None = None) -> list[NightRow]:
-        """All recorded nights (of one pipeline), by pipeline, night, target."""
+    def nights(self, pipeline: str | None = None, *, status: str | None = None) -> list[NightRow]:
+        """All recorded nights (of one pipeline, in one status), by pipeline, night, target."""
         t = NightTable
         query = select(t).order_by(t.pipeline, t.night, t.target)
         if pipeline is not None:
             query = query.where(t.pipeline == pipeline)
+        if status is not None:
+            query = query.where(t.status == status)
         rows = self._read(lambda s: s.scalars(query).all())
         return [_night_row(r) for r in rows]
 
@@ -349,32 +456,59 @@ class Warehouse:
         self._write(write)
 
     def _write(self, fn: Callable[[Session], None]) -> None:
-        """Run ``fn`` in one transaction; retry it on a MySQL deadlock or lock-wait timeout."""
-        for attempt in range(1, _WRITE_ATTEMPTS + 1):
-            try:
-                with self._sessions.begin() as session:
-                    fn(session)
-                return
-            except DBAPIError as exc:
-                if attempt < _WRITE_ATTEMPTS and _is_retryable(exc):
-                    time.sleep(0.2 * attempt)
-                    continue
-                raise self._error("cannot write to", exc) from exc
-            except SQLAlchemyError as exc:
-                raise self._error("cannot write to", exc) from exc
+        """Run ``fn`` in one transaction. Every write replaces rows, so a retry is safe."""
+
+        def transaction() -> None:
+            with self._sessions.begin() as session:
+                fn(session)
+
+        self._retrying("cannot write to", transaction)
+
+    def _changes(self, statement: Any) -> int:
+        """Rows an insert, update or delete changed; 0 for an insert that met a unique key."""
+        changed = 0
+
+        def write(session: Session) -> None:
+            nonlocal changed
+            changed = int(getattr(session.execute(statement), "rowcount", 0) or 0)
+
+        try:
+            self._write(write)
+        except WarehouseError as exc:
+            if isinstance(exc.__cause__, IntegrityError):
+                return 0
+            raise
+        return changed
 
     def _read(self, fn: Callable[[Session], T]) -> T:
-        try:
+        def read() -> T:
             with self._sessions() as session:
                 return fn(session)
-        except SQLAlchemyError as exc:
-            raise self._error("cannot read from", exc) from exc
+
+        return self._retrying("cannot read from", read)
+
+    def _retrying(self, what: str, fn: Callable[[], T]) -> T:
+        deadline = time.monotonic() + self._retry_s
+        for attempt in itertools.count():
+            try:
+                return fn()
+            except SQLAlchemyError as exc:
+                pause = _BACKOFF_S[attempt] if attempt < len(_BACKOFF_S) else 5.0
+                if not _is_transient(exc) or time.monotonic() + pause > deadline:
+                    raise self._error(what, exc) from exc
+                _log.warning("warehouse %s: %s; retrying in %.2g s", self._url, self._cause(exc), pause)
+                time.sleep(pause)
+        raise AssertionError("unreachable")
 
     def _error(self, what: str, exc: BaseException) -> WarehouseError:
-        cause = f"{type(exc).__name__}: {exc}"
-        if self._secret:
-            cause = cause.replace(self._secret, "***")
-        return WarehouseError(f"{what} warehouse {self._url}: {cause}")
+        return WarehouseError(f"{what} warehouse {self._url}: {self._cause(exc)}")
+
+    def _cause(self, exc: BaseException) -> str:
+        """One line: the driver's own error, without SQLAlchemy's statement dump and help link,
+        and without the URL's password should the driver repeat it."""
+        orig = getattr(exc, "orig", None) or exc
+        cause = f"{type(orig).__name__}: {' '.join(str(orig).split('(Background on this error')[0].split())}"
+        return cause.replace(self._secret, "***") if self._secret else cause
 
 
 _COUNT_COLUMNS = ("total", "passed", "failed", "error", "skipped", "collected")
@@ -389,9 +523,17 @@ def _is_key(table: type[Any], key: NightKey) -> list[ColumnElement[bool]]:
     return [table.pipeline == key.pipeline, table.night == key.night, table.target == key.target]
 
 
-def _is_retryable(exc: DBAPIError) -> bool:
+def _is_transient(exc: SQLAlchemyError) -> bool:
+    if isinstance(exc, DisconnectionError):
+        return True
+    if not isinstance(exc, DBAPIError):
+        return False
+    if exc.connection_invalidated:
+        return True
     args: tuple[Any, ...] = getattr(exc.orig, "args", ())
-    return bool(args) and args[0] in _MYSQL_RETRY_CODES
+    if args and args[0] in _TRANSIENT_MYSQL_CODES:
+        return True
+    return "database is locked" in str(exc.orig)  # SQLite: another writer past the busy timeout
 
 
 def _engine_options(url: str) -> dict[str, Any]:
@@ -418,4 +560,6 @@ def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:
 
 
 def _night_row(row: NightTable) -> NightRow:
-    return NightRow(row.pipeline, row.night, row.target, row.run_id, row.status, json.loads(row.pins))
+    return NightRow(
+        row.pipeline, row.night, row.target, row.run_id, row.status, json.loads(row.pins), row.updated_at
+    )

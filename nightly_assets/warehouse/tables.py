@@ -147,6 +147,36 @@ class CostTable(_Keyed, Base):
     ended: Mapped[str] = mapped_column(String(STATUS_LEN))  # "completed" or why the machine went early
 
 
+class CheckTable(_Keyed, Base):
+    """The outcome of one asset check of one stage: a failed WARN check makes the night `warn`."""
+
+    __tablename__ = "checks"
+    __table_args__ = (
+        UniqueConstraint("pipeline", "night", "target", "stage", "name", name="uq_checks_key"),
+        _MYSQL_OPTIONS,
+    )
+
+    stage: Mapped[str] = mapped_column(String(NAME_LEN))
+    name: Mapped[str] = mapped_column(String(NAME_LEN))
+    severity: Mapped[str] = mapped_column(String(STATUS_LEN))  # "ERROR" or "WARN"
+    passed: Mapped[bool]
+    description: Mapped[str | None] = mapped_column(LongText)
+    run_id: Mapped[str] = mapped_column(String(RUN_ID_LEN))
+
+
+class LeaseTable(_Keyed, Base):
+    """Which run is running a night x target now (see night_lease.py); one row per night at most."""
+
+    __tablename__ = "leases"
+    __table_args__ = (
+        UniqueConstraint("pipeline", "night", "target", name="uq_leases_key"),
+        _MYSQL_OPTIONS,
+    )
+
+    run_id: Mapped[str] = mapped_column(String(RUN_ID_LEN))
+    taken_at: Mapped[dt.datetime] = mapped_column(DateTime)  # naive UTC
+
+
 ALL_TABLES: tuple[type[Base], ...] = (
     NightTable,
     StageTable,
@@ -154,4 +184,6 @@ ALL_TABLES: tuple[type[Base], ...] = (
     TestCaseTable,
     BenchmarkTable,
     CostTable,
+    CheckTable,
+    LeaseTable,
 )

@@ -4,7 +4,8 @@ long-running operations and read a node's guest attributes (its SSH host keys).
 
 Nodes live in memory and move through their states on a background ticker, so scripted faults
 happen on time whoever is polling: ``provisioning_delay_s`` (CREATING -> READY), ``never_ready``,
-``quota_exhausted`` (429 RESOURCE_EXHAUSTED on create), ``preempt_after_s`` (READY -> PREEMPTED,
+``quota_exhausted`` (429 RESOURCE_EXHAUSTED on create), ``rate_limited_creates`` (that many 429s,
+then the create goes through), ``delete_answer_delay_s``, ``preempt_after_s`` (READY -> PREEMPTED,
 then ``on_preempt(node_name)`` so a test can kill the "VM"), ``delete_delay_s``.
 
 The "VM" is the loopback sshd: every READY node's ``ssh-keys`` metadata is written into
@@ -87,6 +88,8 @@ class FakeTpuApi:
     preempt_after_s: float | None = None
     delete_delay_s: float = 0.0
     delete_unavailable: bool = False  # every delete answers 503 UNAVAILABLE
+    delete_answer_delay_s: float = 0.0  # a delete call takes this long to answer (a slow API)
+    rate_limited_creates: int = 0  # this many creates are answered 429 before one is accepted
     queue_delay_s: float = 0.0
     on_preempt: Callable[[str], None] | None = None
     requests: list[tuple[str, str]] = field(default_factory=list)
@@ -121,6 +124,8 @@ class FakeTpuApi:
             self.provisioning_delay_s = self.delete_delay_s = self.queue_delay_s = 0.0
             self.never_ready = self.quota_exhausted = self.quota_in_operation = False
             self.delete_unavailable = False
+            self.delete_answer_delay_s = 0.0
+            self.rate_limited_creates = 0
             self.preempt_after_s = None
             self.on_preempt = None
             self._write_authorized_keys()
@@ -209,6 +214,8 @@ class FakeTpuApi:
             raise ApiError(404, "NOT_FOUND", f"no such path: {path}")
         parent = f"projects/{match['project']}/locations/{match['zone']}"
         kind, ident, verb = match["kind"], match["id"], match["verb"]
+        if method == "DELETE" and self.delete_answer_delay_s:
+            time.sleep(self.delete_answer_delay_s)  # outside the lock: other calls go on meanwhile
         with self._lock:
             self.requests.append((method, path))
             if kind == "operations" and method == "GET" and ident:
@@ -229,6 +236,8 @@ class FakeTpuApi:
                 raise ApiError(409, "ALREADY_EXISTS", f"node {name} already exists")
             self.created.append(body)
             if self.quota_in_operation:
+                # As the real API does: the node resource exists (never READY) though its create failed.
+                self._start_node(name, body, time.monotonic()).ready_at = None
                 return self._new_operation(parent, name, "create_failed")
             self._start_node(name, body, time.monotonic())
             return self._new_operation(parent, name, "create")
@@ -279,6 +288,11 @@ class FakeTpuApi:
         raise ApiError(405, "UNIMPLEMENTED", f"{method} on a queued resource is not implemented")
 
     def _check_quota(self, accelerator_type: str, parent: str) -> None:
+        if self.rate_limited_creates > 0:
+            self.rate_limited_creates -= 1
+            raise ApiError(
+                429, "RESOURCE_EXHAUSTED", f"Too many requests for {accelerator_type}; retry later"
+            )
         if self.quota_exhausted:
             quota = "TPUV6EPreemptiblePerProjectPerZone"
             message = f"Quota limit '{quota}' exceeded for {accelerator_type} in {parent}"

@@ -1,0 +1,175 @@
+"""Which nights a finished run touched, read from the run's own events, whatever launched it.
+
+A schedule tick, `nightly run`, "Materialize" on an asset group, a UI backfill (one run per
+night) and a re-execution from failure all plan their assets with the same events, so alerts,
+the follow-up summary and the night's final status do not depend on job names or run tags.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import dagster as dg
+from dagster._core.events import DagsterEventType  # event types are not re-exported at top level
+from dagster._core.execution.plan.objects import ErrorSource
+
+from nightly_assets.catalog.models import Catalog
+from nightly_assets.partitions import night_key
+from nightly_assets.results import NightKey
+
+PARTITION_TAG = "dagster/partition"
+
+
+@dataclass(frozen=True)
+class CheckEvaluation:
+    stage: str
+    name: str
+    partition: str | None
+    passed: bool
+    severity: str  # "ERROR" or "WARN"
+    description: str
+
+
+@dataclass(frozen=True)
+class StepFailure:
+    stage: str
+    message: str  # the stage's own error, not Dagster's wrapper
+    interrupted: bool  # Ctrl-C / SIGTERM / a terminated run, not the stage's own failure
+
+
+@dataclass
+class NightInRun:
+    """One night x target of one pipeline that a run planned to materialize, and what came of it."""
+
+    key: NightKey
+    partition: str
+    planned: set[str] = field(default_factory=set)  # stage names
+    materialized: set[str] = field(default_factory=set)
+    failed_steps: list[StepFailure] = field(default_factory=list)
+    checks: list[CheckEvaluation] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """What one finished run did, by night."""
+
+    run: dg.DagsterRun
+    nights: list[NightInRun]
+    run_error: str | None  # why the run failed when no step did (a lost worker, a resource error)
+
+    @property
+    def interrupted(self) -> bool:
+        if self.run.status == dg.DagsterRunStatus.CANCELED:
+            return True
+        return any(f.interrupted for n in self.nights for f in n.failed_steps)
+
+
+def read_run(instance: dg.DagsterInstance, run: dg.DagsterRun, catalog: Catalog) -> RunRecord:
+    """The nights `run` planned (pipeline assets x partitions) with their failures and checks."""
+    nights: dict[tuple[str, str], NightInRun] = {}
+    step_stages: dict[str, list[tuple[NightInRun, str]]] = defaultdict(list)
+    failures: list[tuple[str, str, bool]] = []  # step key, error, interrupted
+    run_error: str | None = None
+    records = instance.get_records_for_run(
+        run.run_id,
+        of_type={
+            DagsterEventType.ASSET_MATERIALIZATION_PLANNED,
+            DagsterEventType.ASSET_MATERIALIZATION,
+            DagsterEventType.STEP_FAILURE,
+            DagsterEventType.ASSET_CHECK_EVALUATION,
+            DagsterEventType.RUN_FAILURE,
+        },
+    ).records
+    for record in records:
+        event = record.event_log_entry.dagster_event
+        if event is None:
+            continue
+        data = event.event_specific_data
+        if event.event_type == DagsterEventType.ASSET_MATERIALIZATION_PLANNED:
+            stage = _stage_of(catalog, data.asset_key)  # type: ignore[union-attr]
+            if stage is None:
+                continue
+            pipeline, name = stage
+            for partition in _planned_partitions(data, run):
+                night = nights.get((pipeline, partition))
+                if night is None:
+                    night = nights[(pipeline, partition)] = NightInRun(
+                        night_key(pipeline, partition), partition
+                    )
+                night.planned.add(name)
+                if event.step_key:
+                    step_stages[event.step_key].append((night, name))
+        elif event.event_type == DagsterEventType.ASSET_MATERIALIZATION:
+            materialization = event.step_materialization_data.materialization
+            stage = _stage_of(catalog, materialization.asset_key)
+            if stage and materialization.partition and (stage[0], materialization.partition) in nights:
+                nights[(stage[0], materialization.partition)].materialized.add(stage[1])
+        elif event.event_type == DagsterEventType.STEP_FAILURE:
+            failure_data = event.step_failure_data
+            failures.append(
+                (
+                    event.step_key or "",
+                    stage_error(failure_data.error, failure_data.user_failure_data),
+                    failure_data.error_source == ErrorSource.INTERRUPT,
+                )
+            )
+        elif event.event_type == DagsterEventType.RUN_FAILURE:
+            error = getattr(data, "error", None)
+            run_error = stage_error(error, None) if error else (event.message or None)
+        else:
+            stage = _stage_of(catalog, data.asset_key)  # type: ignore[union-attr]
+            if stage is None:
+                continue
+            evaluation = CheckEvaluation(
+                stage=stage[1],
+                name=data.check_name,  # type: ignore[union-attr]
+                partition=data.partition or run.tags.get(PARTITION_TAG),  # type: ignore[union-attr]
+                passed=data.passed,  # type: ignore[union-attr]
+                severity=data.severity.value,  # type: ignore[union-attr]
+                description=data.description or "",  # type: ignore[union-attr]
+            )
+            for night in nights.values():
+                if night.key.pipeline == stage[0] and evaluation.partition in (None, night.partition):
+                    night.checks.append(evaluation)
+    for step_key, message, interrupted in failures:
+        for night, name in step_stages.get(step_key, []):
+            night.failed_steps.append(StepFailure(name, message, interrupted))
+    return RunRecord(run, list(nights.values()), run_error)
+
+
+def stage_error(error: object, user_failure: object) -> str:
+    """The stage's own error text: what the asset raised, without Dagster's wrapper around it."""
+    description = getattr(user_failure, "description", None)
+    if description:
+        return str(description).strip()
+    while (
+        error is not None
+        and getattr(error, "cause", None) is not None
+        and "DagsterExecutionStepExecutionError" in (getattr(error, "cls_name", None) or error.message)  # type: ignore[attr-defined]
+    ):
+        error = error.cause  # type: ignore[attr-defined]
+    if error is None:
+        return "failed"
+    return str(error.message).strip() or "failed"  # type: ignore[attr-defined]
+
+
+def _stage_of(catalog: Catalog, key: dg.AssetKey) -> tuple[str, str] | None:
+    """(pipeline, stage) of a catalog asset key, None for any other asset."""
+    if len(key.path) != 2:
+        return None
+    pipeline = catalog.pipelines.get(key.path[0])
+    if pipeline is None or key.path[1] not in {s.name for s in pipeline.stages}:
+        return None
+    return key.path[0], key.path[1]
+
+
+def _planned_partitions(data: object, run: dg.DagsterRun) -> list[str]:
+    partition = getattr(data, "partition", None)
+    if partition:
+        return [str(partition)]
+    subset = getattr(data, "partitions_subset", None)
+    if subset is not None:  # a single-run backfill of a range of nights
+        return [str(k) for k in subset.get_partition_keys()]
+    tagged = run.tags.get(PARTITION_TAG)
+    return [tagged] if tagged else []

@@ -1,0 +1,72 @@
+"""`nightly run` in a subprocess, as a release engineer's terminal or a scheduler starts it, on a
+catalog whose benchmark stage sleeps (with a child process) so a test can act while it runs."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from nightly_assets.catalog.loader import BUILTIN_CATALOG_DIR
+
+SLOW_BENCHMARK = """\
+import json, subprocess, sys, time
+# A child of the benchmark, in its process group: an interrupted night must end it too.
+subprocess.Popen([sys.executable, "-c", "import time; time.sleep({seconds})", sys.argv[1]])
+time.sleep({seconds})
+with open(sys.argv[2], "w") as out:
+    json.dump({{"benchmarks": [{{"name": "sleep", "value": {seconds}}}]}}, out)
+"""
+
+
+def start_night_with_a_slow_benchmark(
+    tmp_path: Path, marker: str, *, seconds: int = 600, env: Mapping[str, str] | None = None
+) -> subprocess.Popen[str]:
+    """`nightly run demo` in a subprocess, on a catalog whose benchmark (and its child) sleeps."""
+    script = tmp_path / "slow_bench.py"
+    script.write_text(SLOW_BENCHMARK.format(seconds=seconds))
+    catalog = tmp_path / "catalog"
+    shutil.copytree(BUILTIN_CATALOG_DIR, catalog, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
+    demo = catalog / "pipelines" / "demo.yaml"
+    text = demo.read_text()
+    benchmark = 'command: [python, -m, nightlysample.bench, --json, "{output}"]'
+    assert benchmark in text
+    demo.write_text(text.replace(benchmark, f'command: [python, {script}, {marker}, "{{output}}"]'))
+    env = {**os.environ, "NIGHTLY_CATALOG_DIR": str(catalog), "PYTHONUNBUFFERED": "1", **(env or {})}
+    return subprocess.Popen(
+        [sys.executable, "-m", "nightly_assets.cli", "run", "demo", "--night", "2026-11-03"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
+
+
+def wait_for_the_benchmark(cli: subprocess.Popen[str], marker: str) -> list[str]:
+    """Read the CLI's output until the benchmark stage runs with its child; the lines read."""
+    assert cli.stdout is not None
+    lines = []
+    for line in cli.stdout:
+        lines.append(line)
+        if "started  demo__benchmarks" in line:
+            break
+    deadline = time.monotonic() + 60
+    while len(processes_with(marker)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert len(processes_with(marker)) == 2, "".join(lines)
+    return lines
+
+
+def processes_with(marker: str) -> list[int]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and marker in (proc / "cmdline").read_bytes().decode(errors="replace"):
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return found

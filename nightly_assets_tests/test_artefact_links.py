@@ -1,0 +1,188 @@
+"""JUnit, the test log and the summary are one click away from the UI: the links in the assets'
+metadata and in the summary open, served by `nightly serve` locally and from GCS in production."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import dagster as dg
+import pytest
+from dagster._core.events import DagsterEventType
+
+from nightly_assets.artefacts.resources import ArtefactError, GcsArtefactStoreResource
+from nightly_assets.artefacts.serve import make_server
+from nightly_assets.catalog.loader import load_catalog
+from nightly_assets.definitions import build_definitions
+from nightly_assets.night import NightOutcome, run_night
+from nightly_assets.resources import resources_for
+from nightly_assets.results import NightKey
+from nightly_assets_tests.peers.gcs import GcsEmulator
+from nightly_assets_tests.peers.process import free_port
+
+FAILED_NIGHT = NightKey("demo", dt.date(2026, 11, 7), "cpu")  # commit 0.2.0: test_mean fails
+
+
+def fetch(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=10) as response:  # noqa: S310 - the links under test
+        return str(response.read().decode())
+
+
+def run_failed_night(nightly_home: Path, tmp_path: Path) -> tuple[dg.DagsterInstance, NightOutcome]:
+    (tmp_path / "dagster_home").mkdir(exist_ok=True)
+    instance = dg.DagsterInstance.ephemeral(tempdir=str(tmp_path / "dagster_home"))
+    outcome = run_night(
+        build_definitions(), instance, load_catalog(), FAILED_NIGHT, resources_for("local", nightly_home)
+    )
+    assert not outcome.succeeded
+    return instance, outcome
+
+
+def latest_metadata(instance: dg.DagsterInstance, stage: str) -> dict[str, dg.MetadataValue]:
+    event = instance.get_latest_materialization_event(dg.AssetKey(["demo", stage]))
+    assert event is not None and event.asset_materialization is not None
+    return dict(event.asset_materialization.metadata)
+
+
+def failure_metadata(instance: dg.DagsterInstance, run_id: str, step: str) -> dict[str, dg.MetadataValue]:
+    for record in instance.all_logs(run_id, of_type=DagsterEventType.STEP_FAILURE):
+        event = record.dagster_event
+        if event is not None and event.step_key == step:
+            data = event.step_failure_data.user_failure_data
+            assert data is not None, "the stage's own Failure carries its metadata"
+            return dict(data.metadata)
+    raise AssertionError(f"no failure of {step}")
+
+
+@pytest.fixture
+def artefact_server(nightly_home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """`nightly serve` on a free port, and the store's links pointing at it."""
+    server = make_server(nightly_home / "artefacts", "127.0.0.1", free_port())
+    url = f"http://127.0.0.1:{server.server_port}"
+    monkeypatch.setenv("NIGHTLY_ARTEFACTS_URL", url)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield url
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.slow
+def test_local_links_open_the_junit_the_log_and_the_summary(nightly_home, tmp_path, artefact_server):
+    instance, outcome = run_failed_night(nightly_home, tmp_path)
+    folder = nightly_home / "artefacts/demo/2026-11-07/cpu"
+
+    passed = latest_metadata(instance, "tests_integration")
+    junit = passed["artefact/junit.xml"]
+    assert isinstance(junit, dg.UrlMetadataValue) and junit.value.startswith(artefact_server)
+    assert fetch(junit.value) == (folder / "tests_integration/junit.xml").read_text()
+
+    # The failed suite keeps its links on the step's failure: the log names the failing test.
+    failed = failure_metadata(instance, outcome.run.run_id, "demo__tests_unit")
+    assert "test_mean" in fetch(failed["artefact/pytest.log"].value)  # type: ignore[arg-type]
+    assert "test_mean" in fetch(failed["artefact/junit.xml"].value)  # type: ignore[arg-type]
+    table = failed["failed_tests"].value.records  # type: ignore[union-attr]
+    assert [r.data["test"] for r in table] == ["tests.test_reduce::test_mean"]
+
+    summary = latest_metadata(instance, "night_summary")
+    text = fetch(summary["artefact/summary.md"].value)  # type: ignore[arg-type]
+    assert text == (folder / "night_summary/summary.md").read_text()
+    link = f"[Log & Artifacts]({artefact_server}/demo/2026-11-07/cpu/tests_unit/)"
+    assert link in text
+    assert "junit.xml" in fetch(f"{artefact_server}/demo/2026-11-07/cpu/tests_unit/")  # a listing
+    assert "| tests_unit | tests.test_reduce::test_mean | failed | assert" in text
+
+
+def test_the_server_never_leaves_the_artefact_folder(nightly_home, artefact_server):
+    stage = nightly_home / "artefacts/demo/2026-11-07/cpu/sources"
+    stage.mkdir(parents=True)
+    (stage / "notes.log").write_text("kept\n")
+    (stage / "escape").symlink_to("/etc")  # a tested repository can hold such a link
+    assert fetch(f"{artefact_server}/demo/2026-11-07/cpu/sources/notes.log") == "kept\n"
+    for path in ("sources/escape/hostname", "../../../../../etc/hostname", "sources/escape/"):
+        with pytest.raises(urllib.error.HTTPError) as info:
+            fetch(f"{artefact_server}/demo/2026-11-07/cpu/{path}")
+        assert info.value.code == 404, path
+
+
+@pytest.mark.gcs
+@pytest.mark.slow
+def test_gcs_store_uploads_the_reports_and_its_links_open(nightly_home, tmp_path, gcs: GcsEmulator):
+    instance, outcome = run_failed_night(nightly_home, tmp_path)
+
+    failed = failure_metadata(instance, outcome.run.run_id, "demo__tests_unit")
+    log = failed["artefact/pytest.log"].value
+    assert log == gcs.object_url("nightly/demo/2026-11-07/cpu/tests_unit/pytest.log")
+    assert "test_mean" in fetch(str(log))
+    summary = latest_metadata(instance, "night_summary")
+    summary_url = str(summary["artefact/summary.md"].value)
+    assert summary_url.startswith(gcs.url)
+    assert "| tests_unit | failure | local |" in fetch(summary_url)
+
+    from google.cloud import storage
+
+    names = {b.name for b in storage.Client(project="nightly-test").list_blobs(gcs.bucket)}
+    for suite in ("tests_unit", "tests_integration", "tests_e2e_gpu_1", "tests_e2e_gpu_2"):
+        assert f"nightly/demo/2026-11-07/cpu/{suite}/manifest.json" in names, suite
+    assert "nightly/demo/2026-11-07/cpu/tests_unit/junit.xml" in names
+    assert "nightly/demo/2026-11-07/cpu/wheels/dist/nightlysample-0.2.0-py3-none-any.whl" in names
+    assert not any("/venv/" in n or "/nightlysample/" in n for n in names)  # no venv, no checkout
+
+
+@pytest.mark.slow
+def test_an_unreachable_bucket_keeps_the_night_and_says_so(nightly_home, tmp_path, monkeypatch):
+    """Publishing is not the night's result: a GCS outage leaves the files in the stage folders."""
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{free_port()}")  # nothing listens
+    monkeypatch.setenv("NO_GCE_CHECK", "True")
+    monkeypatch.setenv("NIGHTLY_GCP_PROJECT", "nightly-test")
+    monkeypatch.setenv("NIGHTLY_ARTEFACTS_BUCKET", "nightly-artefacts")
+    monkeypatch.setenv("NIGHTLY_ARTEFACTS_UPLOAD_DEADLINE_S", "1")
+    instance, outcome = run_failed_night(nightly_home, tmp_path)
+
+    warnings = [
+        r.user_message
+        for r in instance.all_logs(outcome.run.run_id)
+        if "reports not published" in r.user_message
+    ]
+    assert (
+        warnings and "cannot upload" in warnings[0] and "gs://nightly-artefacts/nightly/demo" in warnings[0]
+    )
+    store = resources_for("local", nightly_home)["warehouse"].store()
+    stages = {s.stage: s.status for s in store.stages(FAILED_NIGHT)}
+    assert stages["tests_integration"] == "success" and stages["tests_unit"] == "failure"
+    assert (nightly_home / "artefacts/demo/2026-11-07/cpu/tests_unit/junit.xml").is_file()
+
+
+def test_a_store_that_cannot_upload_names_the_file_and_the_bucket(tmp_path, monkeypatch):
+    from dagster_gcp import GCSResource
+
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{free_port()}")
+    monkeypatch.setenv("NO_GCE_CHECK", "True")
+    store = GcsArtefactStoreResource(
+        root=str(tmp_path), gcs=GCSResource(project="p"), bucket="b", upload_deadline_s=1
+    )
+    stage = store.stage_dir(FAILED_NIGHT, "tests_unit")
+    (stage / "junit.xml").write_text("<testsuite/>")
+    with pytest.raises(ArtefactError, match=r"cannot upload .*junit.xml to gs://b/nightly/demo/2026-11-07"):
+        store.publish(FAILED_NIGHT, "tests_unit", [stage / "junit.xml"])
+
+
+def test_a_store_without_credentials_is_an_artefact_error_naming_the_bucket(tmp_path, monkeypatch):
+    """No application default credentials (prod without GOOGLE_APPLICATION_CREDENTIALS): google-auth
+    raises its own error, which the store turns into the logged, non-fatal ArtefactError."""
+    from dagster_gcp import GCSResource
+
+    for name in ("STORAGE_EMULATOR_HOST", "GOOGLE_APPLICATION_CREDENTIALS", "GOOGLE_CLOUD_PROJECT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("NO_GCE_CHECK", "True")
+    monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path / "no-gcloud"))  # no user credentials either
+    monkeypatch.setenv("GCE_METADATA_HOST", f"127.0.0.1:{free_port()}")  # no metadata server
+    store = GcsArtefactStoreResource(root=str(tmp_path), gcs=GCSResource(project="p"), bucket="b")
+    stage = store.stage_dir(FAILED_NIGHT, "tests_unit")
+    (stage / "junit.xml").write_text("<testsuite/>")
+    with pytest.raises(ArtefactError, match=r"cannot open gs://b: DefaultCredentialsError"):
+        store.publish(FAILED_NIGHT, "tests_unit", [stage / "junit.xml"])

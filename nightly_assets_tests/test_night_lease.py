@@ -1,0 +1,104 @@
+"""Two runs of one night at once (a schedule tick and a manual re-run): the second waits for the
+first to end, then replaces its rows; neither destroys the other's work, and the warehouse and the
+alerts agree."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+import uuid
+
+import dagster as dg
+import pytest
+
+from nightly_assets.results import NightKey
+from nightly_assets.warehouse.store import Warehouse
+from nightly_assets_tests.cli_nights import start_night_with_a_slow_benchmark, wait_for_the_benchmark
+
+KEY = NightKey("demo", dt.date(2026, 11, 3), "cpu")
+
+
+@pytest.fixture
+def dagster_home(tmp_path, monkeypatch, nightly_home):
+    home = tmp_path / "dagster_home"
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    return home
+
+
+@pytest.mark.slow
+def test_a_second_run_of_a_night_waits_for_the_first(dagster_home, nightly_home, tmp_path):
+    marker = f"nightly-lease-{uuid.uuid4().hex}"
+    first = start_night_with_a_slow_benchmark(tmp_path, marker, seconds=6)
+    try:
+        first_lines = wait_for_the_benchmark(first, marker)
+        env = {**os.environ, "NIGHTLY_CATALOG_DIR": str(tmp_path / "catalog"), "PYTHONUNBUFFERED": "1"}
+        second = subprocess.run(
+            [sys.executable, "-m", "nightly_assets.cli", "run", "demo", "--night", "2026-11-03"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+            check=False,
+        )
+        first_rest, _ = first.communicate(timeout=300)
+    finally:
+        first.kill()
+    first_output = "".join(first_lines) + first_rest
+    assert first.returncode == 0, first_output  # its checkout and rows were left alone
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "demo/2026-11-03/cpu is being run by run" in second.stdout
+    assert "waiting for it to end" in second.stdout
+
+    store = Warehouse(f"sqlite:///{nightly_home}/warehouse.sqlite")
+    night = store.night(KEY)
+    assert night is not None and night.status == "success"
+    stages = store.stages(KEY)
+    assert len(stages) == 11 and {s.status for s in stages} == {"success"}
+    assert len({s.run_id for s in stages}) == 1 and stages[0].run_id == night.run_id  # all the second's
+    alerts = nightly_home / "alerts.jsonl"
+    errors = [a for a in map(json.loads, alerts.read_text().splitlines())] if alerts.exists() else []
+    assert [a for a in errors if a["severity"] == "error"] == []
+
+
+def test_a_lease_of_a_run_that_ended_is_taken_over(tmp_path):
+    store = Warehouse(f"sqlite:///{tmp_path}/w.sqlite")
+    over = {"a": False}
+    assert store.take_lease(KEY, "a", lambda run: over[run]) is None
+    assert store.take_lease(KEY, "a", lambda run: over[run]) is None  # its own stages share it
+    assert store.take_lease(KEY, "b", lambda run: over[run]) == "a"  # a is live: b waits
+    over["a"] = True
+    assert store.take_lease(KEY, "b", lambda run: over[run]) is None  # a ended (crashed): b takes it
+    store.release_leases("b")
+    assert store.take_lease(KEY, "c", lambda run: False) is None
+
+
+def test_a_pooled_step_gives_its_slot_back_while_another_run_holds_the_night(tmp_path, monkeypatch):
+    """Waiting inside a gpu-pool step would hold the slot the live run may need to end: the step
+    asks Dagster to retry it later instead, and the slot is free meanwhile."""
+    from dagster._core.events import DagsterEventType
+
+    from nightly_assets import night_lease
+
+    monkeypatch.setattr(night_lease, "POOLED_RETRY_S", 0)
+    monkeypatch.setattr(night_lease, "POOLED_MAX_RETRIES", 2)
+    instance = dg.DagsterInstance.ephemeral(tempdir=str(tmp_path))
+    holder = instance.add_run(dg.DagsterRun(job_name="demo_nightly", status=dg.DagsterRunStatus.STARTED))
+    store = Warehouse(f"sqlite:///{tmp_path}/w.sqlite")
+    assert store.take_lease(KEY, holder.run_id, lambda run: False) is None
+    attempts: list[int] = []
+
+    @dg.asset(pool="gpu", partitions_def=dg.StaticPartitionsDefinition(["x"]))
+    def tests_e2e_gpu_1(context) -> None:  # type: ignore[no-untyped-def]
+        attempts.append(context.retry_number)
+        night_lease.hold_night(context, store, KEY, pooled=True)
+
+    result = dg.materialize([tests_e2e_gpu_1], instance=instance, partition_key="x", raise_on_error=False)
+    assert not result.success
+    retries = instance.all_logs(result.run_id, of_type=DagsterEventType.STEP_UP_FOR_RETRY)
+    assert len(retries) == 2 and attempts == [0, 1, 2]  # asked again twice, then failed
+    warnings = [r.user_message for r in instance.all_logs(result.run_id) if "giving back" in r.user_message]
+    assert warnings and f"run {holder.run_id}" in warnings[0]
+    assert store.take_lease(KEY, "someone", lambda run: False) == holder.run_id  # left alone

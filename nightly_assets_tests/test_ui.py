@@ -1,0 +1,363 @@
+"""The Dagster UI as a release engineer uses it: `dagster dev` (webserver + daemon) over an instance
+with failed nights, driven in headless Chromium through Playwright.
+
+What is checked is what a person sees and does: every pipeline's lineage, a failed night shown
+failed on its test report, a backfill of the failed nights launched from the UI's own dialog and a
+re-execution from failure, each followed by the same alerts, summary and warehouse state as a
+scheduled night gets.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import dagster as dg
+import pytest
+
+from nightly_assets.artefacts.serve import make_server
+from nightly_assets.catalog.loader import load_catalog
+from nightly_assets.results import NightKey
+from nightly_assets.warehouse.store import Warehouse
+from nightly_assets_tests.peers.process import free_port
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+FAILED_NIGHTS = ("2026-11-07", "2026-11-08")  # commit 0.2.0 of 11-06: test_mean fails
+T = TypeVar("T")
+
+
+def wait_for(what: str, probe: Callable[[], T | None], timeout_s: float = 240, every_s: float = 1) -> T:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = probe()
+        if value:
+            return value
+        time.sleep(every_s)
+    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+
+
+@dataclass
+class UI:
+    url: str
+    env: dict[str, str]
+    nightly_home: Path
+    dagster_home: Path
+    first_runs: dict[str, str]  # night -> run id of the CLI night that failed
+    pins: dict[str, dict[str, str]]  # night -> pins the CLI night recorded
+
+    @property
+    def store(self) -> Warehouse:
+        return Warehouse(f"sqlite:///{self.nightly_home}/warehouse.sqlite")
+
+    def instance(self) -> dg.DagsterInstance:
+        return dg.DagsterInstance.from_config(str(self.dagster_home))
+
+    def alerts(self) -> list[dict[str, Any]]:
+        path = self.nightly_home / "alerts.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def _cli(env: dict[str, str], *argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "nightly_assets.cli", *argv],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def _late_upstream_commit(nightly_home: Path, env: dict[str, str]) -> None:
+    """A commit pushed after the night ran but dated inside it: re-resolving the branch now would
+    pick it, so a backfill that pins it would test code the night never saw."""
+    upstream = nightly_home / "git" / "sample" / "nightlysample"
+    when = "2026-11-07T22:00:00Z"
+    git_env = {**env, "GIT_AUTHOR_DATE": when, "GIT_COMMITTER_DATE": when}
+    git_env |= {"GIT_AUTHOR_NAME": "late", "GIT_AUTHOR_EMAIL": "l@x", "GIT_COMMITTER_NAME": "late"}
+    git_env |= {"GIT_COMMITTER_EMAIL": "l@x"}
+    subprocess.run(
+        ["git", "-C", str(upstream), "commit", "-q", "--allow-empty", "-m", "pushed late"],
+        env=git_env,
+        check=True,
+    )
+
+
+@pytest.fixture(scope="module")
+def ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UI]:
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: `apt-get install chromium` (or deselect -m browser)")
+    base = tmp_path_factory.mktemp("ui")
+    nightly_home, dagster_home = base / "nightly", base / "dagster_home"
+    artefacts = make_server(nightly_home / "artefacts", "127.0.0.1", free_port())
+    threading.Thread(target=artefacts.serve_forever, daemon=True).start()
+    env = {
+        **os.environ,
+        "NIGHTLY_HOME": str(nightly_home),
+        "DAGSTER_HOME": str(dagster_home),
+        "NIGHTLY_ENV": "local",
+        "NIGHTLY_ARTEFACTS_URL": f"http://127.0.0.1:{artefacts.server_port}",
+        "DOCKER_HOST": "unix:///nonexistent/nightly-no-docker.sock",  # the demo's virtualenv path
+        "PYTHONUNBUFFERED": "1",
+    }
+    for name in (
+        "NIGHTLY_WAREHOUSE_URL",
+        "NIGHTLY_CATALOG_DIR",
+        "NIGHTLY_ARTEFACTS_BUCKET",
+        "NIGHTLY_RUNNER_POOL",
+    ):
+        env.pop(name, None)
+    assert _cli(env, "init").returncode == 0
+    first_runs, pins = {}, {}
+    store = Warehouse(f"sqlite:///{nightly_home}/warehouse.sqlite")
+    for night in FAILED_NIGHTS:  # the nights the schedule ran, and that failed
+        done = _cli(env, "run", "demo", "--night", night)
+        assert done.returncode == 1, done.stdout + done.stderr
+        row = store.night(NightKey("demo", dt.date.fromisoformat(night), "cpu"))
+        assert row is not None and row.status == "failure"
+        first_runs[night], pins[night] = row.run_id, row.pins
+    store.dispose()
+    _late_upstream_commit(nightly_home, env)
+
+    port = free_port()
+    log = (base / "dagster_dev.log").open("wb")
+    server = subprocess.Popen(
+        [
+            str(Path(sys.executable).parent / "dagster"),
+            "dev",
+            "-w",
+            "workspace.yaml",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(port),
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # SIGINT to the group stops webserver, daemon and code server
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for("the Dagster UI", lambda: _code_location_loaded(url, server), timeout_s=180)
+        yield UI(url, env, nightly_home, dagster_home, first_runs, pins)
+    finally:
+        try:
+            os.killpg(server.pid, signal.SIGINT)
+            server.wait(timeout=60)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            os.killpg(server.pid, signal.SIGKILL)
+        artefacts.shutdown()
+        artefacts.server_close()
+
+
+def _code_location_loaded(url: str, server: subprocess.Popen[bytes]) -> bool:
+    if server.poll() is not None:
+        raise AssertionError(f"dagster dev exited {server.returncode}")
+    query = "{ workspaceOrError { ... on Workspace { locationEntries { name loadStatus } } } }"
+    request = urllib.request.Request(  # noqa: S310 - http://127.0.0.1 only
+        f"{url}/graphql",
+        data=json.dumps({"query": query}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:  # noqa: S310
+            entries = json.loads(response.read())["data"]["workspaceOrError"]["locationEntries"]
+    except (OSError, KeyError, TypeError, ValueError):
+        return False
+    return any(e["name"] == "nightly_assets" and e["loadStatus"] == "LOADED" for e in entries)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def page(browser: Any, ui: UI) -> Iterator[Any]:
+    context = browser.new_context(viewport={"width": 1600, "height": 1000})
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    yield page
+    context.close()
+
+
+def open_page(page: Any, ui: UI, path: str) -> None:
+    page.goto(f"{ui.url}{path}")
+    skip = page.get_by_role("button", name="Skip")  # the "join the community" prompt of a new browser
+    with contextlib.suppress(Exception):  # no prompt this time
+        skip.click(timeout=3000)
+
+
+# A graph node shows its name in a tooltip'd title or, zoomed out, shortened as its only text.
+NODE_LABELS = "nodes => nodes.map(n => n.querySelector('[data-tooltip]')?.dataset.tooltip ?? n.textContent)"
+
+
+def node_labels(page: Any) -> list[str]:
+    """The names on the lineage graph's asset nodes."""
+    return [label.strip() for label in page.locator("svg foreignObject").evaluate_all(NODE_LABELS) if label]
+
+
+def shown_as(name: str, label: str) -> bool:
+    """Whether the graph's node label is `name`, maybe shortened in the middle ("tests_py…_in_scope")."""
+    head, ellipsis, tail = label.partition("…")
+    return label == name or bool(ellipsis and name.startswith(head) and name.endswith(tail))
+
+
+def test_the_lineage_of_every_pipeline_renders(page, ui):
+    catalog = load_catalog()
+    for pipeline in catalog.pipelines.values():
+        open_page(page, ui, f"/locations/nightly_assets/asset-groups/{pipeline.name}/lineage")
+        labels = wait_for(
+            f"{pipeline.name}'s {len(pipeline.stages)} asset nodes",
+            lambda pipeline=pipeline: (
+                found if len(found := node_labels(page)) >= len(pipeline.stages) else None
+            ),
+            timeout_s=30,
+        )
+        for stage in pipeline.stages:
+            assert any(shown_as(stage.name, label) for label in labels), (pipeline.name, stage.name, labels)
+
+
+def test_a_failed_night_is_failed_on_its_test_report(page, ui):
+    open_page(page, ui, "/assets/demo/tests_unit?view=partitions")
+    page.get_by_text(f"Failed ({len(FAILED_NIGHTS)})", exact=True).wait_for()
+    open_page(page, ui, "/assets/demo/tests_unit?view=checks&checkDetail=tests_passed")
+    page.get_by_text("Execution history", exact=True).click()
+    for night in FAILED_NIGHTS:
+        row = page.get_by_role("row").filter(has_text=f"{night}|cpu")
+        row.first.wait_for()
+        assert "Failed" in row.first.inner_text()
+        assert "tests.test_reduce::test_mean" in row.first.inner_text()
+
+
+def test_a_backfill_from_the_dialog_and_a_re_execution_from_failure_are_followed_up(page, ui):
+    alerts_before = len(ui.alerts())
+    open_page(page, ui, "/locations/nightly_assets/asset-groups/demo/lineage")
+    page.get_by_text("Materialize all…", exact=True).click()
+    dialog = page.get_by_role("dialog")
+    nights = dialog.get_by_placeholder("ex: 2026-11-01", exact=False)
+    nights.fill(", ".join(FAILED_NIGHTS))
+    nights.press("Enter")
+    dialog.get_by_role("button", name="All").nth(1).click()  # every target
+    dialog.get_by_role("button", name="Launch backfill").click()
+
+    instance = ui.instance()
+    backfill = wait_for("the backfill", lambda: next(iter(instance.get_backfills()), None))
+    runs = wait_for(
+        "both nights' runs to end",
+        lambda: finished(instance, dg.RunsFilter(tags={"dagster/backfill": backfill.backfill_id}), 2),
+    )
+    assert {r.tags["dagster/partition"] for r in runs} == {f"{n}|cpu" for n in FAILED_NIGHTS}
+    assert {r.status for r in runs} == {dg.DagsterRunStatus.FAILURE}  # the nights' code still fails
+    _assert_followed_up(ui, instance, runs, alerts_before)
+
+    for night in FAILED_NIGHTS:
+        key = NightKey("demo", dt.date.fromisoformat(night), "cpu")
+        row = ui.store.night(key)
+        assert row is not None and row.pins == ui.pins[night], "the backfill pinned another commit"
+        assert row.run_id != ui.first_runs[night]
+        stages = ui.store.stages(key)
+        assert len(stages) == len({s.stage for s in stages}) == 10  # replaced, never duplicated
+        assert {s.run_id for s in stages if s.stage != "night_summary"} == {
+            next(r.run_id for r in runs if r.tags["dagster/partition"] == f"{night}|cpu")
+        }
+
+    # Then one of those runs, re-executed from failure from its run page.
+    failed = next(r for r in runs if r.tags["dagster/partition"] == f"{FAILED_NIGHTS[0]}|cpu")
+    alerts_before = len(ui.alerts())
+    open_page(page, ui, f"/runs/{failed.run_id}")
+    page.get_by_role("button", name="Re-execute all (*)").wait_for()
+    page.locator("button:right-of(:text('Re-execute all (*)'))").first.click()
+    page.get_by_role("menuitem", name="From failure").click()
+    # "Re-execution within backfill: ... will not update the backfill status": yes, that is the point.
+    page.get_by_role("dialog").get_by_role("button", name="Confirm").click()
+    page.wait_for_url(lambda url: failed.run_id not in url)  # the new run's page
+    rerun = wait_for(
+        "the re-execution to end",
+        lambda: next(
+            (
+                r
+                for r in instance.get_runs(dg.RunsFilter(tags={"dagster/parent_run_id": failed.run_id}))
+                if r.is_finished
+            ),
+            None,
+        ),
+    )
+    assert rerun.status == dg.DagsterRunStatus.FAILURE
+    _assert_followed_up(ui, instance, [rerun], alerts_before)
+    key = NightKey("demo", dt.date.fromisoformat(FAILED_NIGHTS[0]), "cpu")
+    stages = {s.stage: s for s in ui.store.stages(key)}
+    assert stages["tests_unit"].run_id == rerun.run_id and stages["tests_unit"].status == "failure"
+    assert stages["sources"].run_id == failed.run_id  # from failure: the pinned checkout is reused
+
+
+def finished(instance: dg.DagsterInstance, runs: dg.RunsFilter, count: int) -> list[dg.DagsterRun] | None:
+    """The runs matching `runs` once there are `count` of them and all have ended."""
+    found = instance.get_runs(runs)
+    return found if len(found) == count and all(r.is_finished for r in found) else None
+
+
+def _assert_followed_up(
+    ui: UI, instance: dg.DagsterInstance, runs: list[dg.DagsterRun], alerts_before: int
+) -> None:
+    """What every finished night run gets under the daemon: an error alert naming the failing test,
+    a summary run writing the night's final status, and no stage left running."""
+    run_ids = {r.run_id for r in runs}
+
+    def alerts_of_the_runs() -> list[dict[str, Any]]:
+        return [a for a in ui.alerts()[alerts_before:] if a["run_id"] in run_ids]
+
+    wait_for("the failure sensor's alerts", lambda: {a["run_id"] for a in alerts_of_the_runs()} == run_ids)
+    time.sleep(2)  # a second alert of one run would come in the same sensor tick
+    # One error alert per run (a loaded machine may add a warn alert for a noisy benchmark).
+    alerts = [a for a in alerts_of_the_runs() if a["severity"] == "error"]
+    assert sorted(a["run_id"] for a in alerts) == sorted(run_ids), "one error alert per run"
+    for alert in alerts:
+        assert "tests.test_reduce::test_mean" in "\n".join(alert["lines"])
+    summaries = [
+        wait_for(
+            "the follow-up summary run",
+            lambda run=run: finished(instance, dg.RunsFilter(tags={"nightly/summary_of": run.run_id}), 1),
+        )[0]
+        for run in runs
+    ]
+    assert {r.status for r in summaries} == {dg.DagsterRunStatus.SUCCESS}
+    for run in runs:
+        night, target = run.tags["dagster/partition"].split("|")
+        key = NightKey("demo", dt.date.fromisoformat(night), target)
+        row = ui.store.night(key)
+        assert row is not None and row.status == "failure"
+        assert "running" not in {s.status for s in ui.store.stages(key)}
+        summary = (ui.nightly_home / f"artefacts/demo/{night}/{target}/night_summary/summary.md").read_text()
+        assert "| tests_unit | tests.test_reduce::test_mean | failed |" in summary
