@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,9 +62,22 @@ def run_command(
     timeout_s: float = 3600,
     log_path: Path | None = None,
     check: bool = True,
+    scratch_home: bool = False,
 ) -> CommandResult:
     """Run `args` (never a shell string) with the allow-listed environment plus `env`, capturing
-    stdout+stderr into `log_path` when given."""
+    stdout+stderr into `log_path` when given. `scratch_home`: the command is the code under test
+    (a build backend, a test suite, a benchmark), so HOME is an empty folder of its own, not ours
+    with its credential files (~/.docker/config.json, ~/.netrc, ~/.git-credentials, gcloud's)."""
+    if scratch_home:
+        with tempfile.TemporaryDirectory(prefix="nightly-home-") as home:
+            return run_command(
+                args,
+                cwd=cwd,
+                env={**(env or {}), "HOME": home},
+                timeout_s=timeout_s,
+                log_path=log_path,
+                check=check,
+            )
     argv = tuple(str(a) for a in args)
     full_env = child_env(env)
     try:

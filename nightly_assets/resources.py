@@ -44,7 +44,7 @@ def resources_for(env: Env, home: Path) -> dict[str, Any]:
         "git": GitSourcesResource(cache_dir=str(home / "git")),
         "artefacts": artefact_store(env, home),
         "warehouse": WarehouseResource(
-            url=warehouse_url, retry_s=float(os.environ.get("NIGHTLY_WAREHOUSE_RETRY_S", RETRY_S))
+            url=warehouse_url, retry_s=float(os.environ.get("NIGHTLY_WAREHOUSE_RETRY_S") or RETRY_S)
         ),
         "builder": PythonBuildResource(toolchain_dir=str(home / "toolchain")),
         "test_runner": LocalTestRunnerResource(),
@@ -60,7 +60,7 @@ def resources_for(env: Env, home: Path) -> dict[str, Any]:
     if env == "prod":
         resources["notifier"] = SlackNotifierResource(
             slack=SlackResource(token=dg.EnvVar("SLACK_BOT_TOKEN")),
-            api_url=os.environ.get("NIGHTLY_SLACK_API_URL"),
+            api_url=os.environ.get("NIGHTLY_SLACK_API_URL") or None,
         )
     return resources
 
@@ -70,7 +70,7 @@ def artefact_store(env: Env, home: Path) -> ArtefactStoreResource:
     root = str(home / "artefacts")
     if env != "prod" and not os.environ.get(ARTEFACTS_BUCKET_VAR):
         return ArtefactStoreResource(
-            root=root, base_url=os.environ.get("NIGHTLY_ARTEFACTS_URL", DEFAULT_BASE_URL)
+            root=root, base_url=os.environ.get("NIGHTLY_ARTEFACTS_URL") or DEFAULT_BASE_URL
         )
     optional: dict[str, Any] = {  # pydantic converts the numbers
         name: os.environ[var]
@@ -84,7 +84,7 @@ def artefact_store(env: Env, home: Path) -> ArtefactStoreResource:
     }
     return GcsArtefactStoreResource(
         root=root,
-        gcs=GCSResource(project=os.environ.get("NIGHTLY_GCP_PROJECT")),
+        gcs=GCSResource(project=os.environ.get("NIGHTLY_GCP_PROJECT") or None),
         bucket=dg.EnvVar(ARTEFACTS_BUCKET_VAR),
         **optional,
     )

@@ -322,6 +322,31 @@ def test_every_variable_the_runs_need_is_set_in_the_daemon(compose_config: dict[
         )
 
 
+# Read by the code location but not settings of a deployment: the image sets NIGHTLY_HOME and ships
+# the catalog; the others are what a stage gives the processes it starts.
+NOT_DEPLOYMENT_SETTINGS = {
+    "NIGHTLY_HOME",
+    "NIGHTLY_CATALOG_DIR",
+    "NIGHTLY_EXPECTED_DEVICES",
+    "NIGHTLY_JOB_ARG",
+}
+
+
+def test_every_setting_the_code_reads_reaches_the_run_containers(compose_config: dict[str, Any]) -> None:
+    """A setting the README documents but the run containers never get is silently ignored in prod."""
+    package = ROOT / "nightly_assets"
+    read = {
+        name
+        for path in package.rglob("*.py")
+        if "suites" not in path.relative_to(package).parts
+        for name in re.findall(r'"(NIGHTLY_[A-Z_]*[A-Z])"', path.read_text())
+    } - NOT_DEPLOYMENT_SETTINGS
+    launcher_names = set(_env_var_names(_launcher_config()["env_vars"]))
+    assert read <= launcher_names, f"run containers never get {sorted(read - launcher_names)}"
+    daemon_env = compose_config["services"]["daemon"]["environment"]
+    assert read <= set(daemon_env), f"the daemon has no {sorted(read - set(daemon_env))}"
+
+
 # -- a real instance on PostgreSQL ----------------------------------------------------------------
 
 

@@ -28,8 +28,10 @@ SECRET_VARIABLES = (
 DUMP = """\
 import json, os, sys
 def dump(name):
+    netrc = os.path.expanduser("~/.netrc")  # a credential file in the orchestrator's home
+    seen = {{"~/.netrc": open(netrc).read() if os.path.exists(netrc) else None}}
     with open(os.path.join({dumps!r}, name + ".json"), "w") as out:
-        json.dump(dict(os.environ), out)
+        json.dump({{**os.environ, **seen}}, out)
 """
 
 PIPELINE = """
@@ -115,6 +117,12 @@ def test_no_secret_of_the_orchestrator_reaches_the_code_under_test(
     (tmp_path / warehouse_canary).mkdir()
     monkeypatch.setenv("NIGHTLY_WAREHOUSE_URL", f"sqlite:///{tmp_path / warehouse_canary}/warehouse.sqlite")
     canaries["NIGHTLY_WAREHOUSE_URL"] = warehouse_canary
+    # Files too: the code under test gets a HOME of its own, not the one holding ~/.netrc.
+    home = tmp_path / "orchestrator-home"
+    home.mkdir()
+    canaries["~/.netrc"] = f"canary-netrc-{secrets.token_hex(6)}"
+    (home / ".netrc").write_text(f"machine example.com login bot password {canaries['~/.netrc']}\n")
+    monkeypatch.setenv("HOME", str(home))
 
     repo = _repository(tmp_path, dumps)
     _, stages, _ = catalog_nights.run(PIPELINE.format(repo=repo), "2026-11-03")

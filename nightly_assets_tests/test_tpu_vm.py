@@ -571,6 +571,27 @@ def test_the_sweeper_deletes_this_tools_nodes_whose_run_is_gone(
     assert tpu_api.node_names() == sorted([alive, foreign, other_zone]) and not tpu_api.queued
 
 
+@pytest.mark.tpu
+def test_the_start_of_run_sweep_takes_only_vms_of_runs_this_instance_saw_end(
+    make_vms, tpu_api: FakeTpuApi, target, tmp_path
+) -> None:
+    """Before a TPU stage makes its VM it deletes leftovers at once (no 15-minute wait), but only
+    those of runs it knows have ended: another deployment sharing the project keeps its VMs."""
+    from nightly_assets.tpu.resources import recently_ended_run_ids
+
+    instance = dg.DagsterInstance.ephemeral(tempdir=str(tmp_path))
+    ended = instance.add_run(dg.DagsterRun(job_name="tpu_nightly", status=dg.DagsterRunStatus.FAILURE))
+    live = instance.add_run(dg.DagsterRun(job_name="tpu_nightly", status=dg.DagsterRunStatus.STARTED))
+    zone, ours = target.zone, {"nightly-assets": "1", "nightly-night": NIGHT}
+    left = tpu_api.add_node(zone, "nightly-left", {**ours, "nightly-run-id": label_value(ended.run_id)})
+    running = tpu_api.add_node(zone, "nightly-live", {**ours, "nightly-run-id": label_value(live.run_id)})
+    elsewhere = tpu_api.add_node(zone, "nightly-prod", {**ours, "nightly-run-id": "unknown"}, age_s=7200)
+
+    swept = make_vms().sweep([zone], [], ended_run_ids=recently_ended_run_ids(instance))
+    assert swept == [left]
+    assert tpu_api.node_names() == sorted([running, elsewhere])
+
+
 # -- unit: catalog params, labels ------------------------------------------------------------
 
 

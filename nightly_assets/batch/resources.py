@@ -229,14 +229,14 @@ def _read(path: Path) -> str:
 
 def batch_scheduler_from_env(home: Path) -> BatchSchedulerResource:
     """NIGHTLY_BATCH_KIND (local|slurm), _SPOOL, NIGHTLY_RELEASE_ROOT; the local defaults live under home."""
-    kind = os.environ.get("NIGHTLY_BATCH_KIND", "local")
+    kind = os.environ.get("NIGHTLY_BATCH_KIND") or "local"
     if kind not in ("local", "slurm"):
         raise ValueError(f"NIGHTLY_BATCH_KIND={kind!r}: expected 'local' or 'slurm'")
     return BatchSchedulerResource(
         kind=kind,  # type: ignore[arg-type]
         spool_dir=os.environ.get("NIGHTLY_BATCH_SPOOL") or str(home / "batch"),
         release_root=os.environ.get("NIGHTLY_RELEASE_ROOT") or str(home / "releases"),
-        poll_interval_s=float(os.environ.get("NIGHTLY_BATCH_POLL_S", "10" if kind == "slurm" else "0.5")),
-        queue=os.environ.get("NIGHTLY_BATCH_QUEUE", "default"),
-        account=os.environ.get("NIGHTLY_BATCH_ACCOUNT"),
+        poll_interval_s=float(os.environ.get("NIGHTLY_BATCH_POLL_S") or ("10" if kind == "slurm" else "0.5")),
+        queue=os.environ.get("NIGHTLY_BATCH_QUEUE") or "default",
+        account=os.environ.get("NIGHTLY_BATCH_ACCOUNT") or None,
     )

@@ -236,8 +236,11 @@ def _supervise(job_dir: Path) -> None:
     if (job_dir / _CANCEL_MARKER).exists():
         _write_state(job_dir, {**state, "state": "failed", "reason": "cancelled before it started"})
         return
+    home = job_dir / "home"  # the job is the code under test: not our HOME and its credential files
+    home.mkdir(exist_ok=True)
     env = {
         **child_env(),
+        "HOME": str(home),
         **state["env"],
         "BATCH_JOB_ID": state["job_id"],
         "BATCH_NODES": str(state["nodes"]),

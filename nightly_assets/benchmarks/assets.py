@@ -67,6 +67,7 @@ def build_benchmarks_asset(spec: StageSpec) -> dg.AssetsDefinition:
                     cwd=run.workdir,
                     timeout_s=BENCHMARK_TIMEOUT_S,
                     log_path=run.workdir / "benchmark.log",
+                    scratch_home=True,
                 )
             else:
                 require_local_runner(spec, run)

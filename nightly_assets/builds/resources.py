@@ -35,6 +35,7 @@ class PythonBuildResource(dg.ConfigurableResource):
             ],
             timeout_s=self.build_timeout_s,
             log_path=log,
+            scratch_home=True,  # the project's own build backend runs here
         )
         return sorted(out.glob("*.whl"))
 
@@ -43,6 +44,7 @@ class PythonBuildResource(dg.ConfigurableResource):
             [sys.executable, "-m", "build", "--sdist", "--no-isolation", "--outdir", out, src],
             timeout_s=self.build_timeout_s,
             log_path=log,
+            scratch_home=True,  # the project's own build backend runs here
         )
         return sorted(out.glob("*.tar.gz"))
 

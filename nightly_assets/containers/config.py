@@ -39,7 +39,7 @@ def runner_pool_from_env() -> DockerRunnerPoolResource:
     return DockerRunnerPoolResource(
         default=default,
         hosts=hosts,
-        base_image=os.environ.get("NIGHTLY_BASE_IMAGE", DEFAULT_BASE_IMAGE),
+        base_image=os.environ.get("NIGHTLY_BASE_IMAGE") or DEFAULT_BASE_IMAGE,
         base_images={arch: image for arch, image in per_arch.items() if image},
     )
 
@@ -63,7 +63,7 @@ def registries_from_env() -> ContainerRegistriesResource:
             aws_endpoint_url=os.environ.get(prefix + "AWS_ENDPOINT_URL"),
         )
     # The first retry's delay (it doubles per retry); tests shorten it.
-    backoff = float(os.environ.get("NIGHTLY_REGISTRY_BACKOFF_S", "0.5"))
+    backoff = float(os.environ.get("NIGHTLY_REGISTRY_BACKOFF_S") or "0.5")
     return ContainerRegistriesResource(registries=registries, backoff_s=backoff)
 
 

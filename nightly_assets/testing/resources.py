@@ -58,6 +58,7 @@ class LocalTestRunnerResource(dg.ConfigurableResource):
             timeout_s=timeout_s,
             log_path=log,
             check=False,
+            scratch_home=True,
         )
         _usable(result)
         return result

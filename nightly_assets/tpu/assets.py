@@ -9,7 +9,7 @@ from nightly_assets.results import TestReport
 from nightly_assets.stages import StageRun, StageSpec
 from nightly_assets.tpu import checks as tpu_checks
 from nightly_assets.tpu.nodes import TpuApiError
-from nightly_assets.tpu.resources import TpuVmResource, alive_run_ids
+from nightly_assets.tpu.resources import TpuVmResource, recently_ended_run_ids
 from nightly_assets.tpu.stage import TpuStageParams, run_suite_on_vm
 from nightly_assets.warehouse.store import MachineCost, Warehouse
 
@@ -64,13 +64,16 @@ def run_tpu_suite_stage(
 
 
 def _sweep_leftovers(context: dg.AssetExecutionContext, tpu_vms: TpuVmResource, zone: str) -> None:
-    """Delete this tool's VMs in the zone whose run is over before making a new one: a crashed
-    or twice-interrupted run may have left one, and the sweeper sensor only runs every 15 minutes
-    (and not at all without the daemon). Never fails the stage."""
+    """Delete the VMs in the zone of runs this instance knows have ended, before making a new one:
+    a crashed or twice-interrupted run may have left one, and the sweeper sensor only runs every
+    15 minutes (and not at all without the daemon). Runs this instance does not know are left
+    alone (another deployment, a developer's CLI, may share the project). Never fails the stage."""
     if not zone:
         return
     try:
-        swept = tpu_vms.sweep([zone], alive_run_ids(context.instance), log=context.log)
+        swept = tpu_vms.sweep(
+            [zone], [], ended_run_ids=recently_ended_run_ids(context.instance), log=context.log
+        )
     except TpuApiError as exc:
         context.log.warning(f"sweeping leftover TPU VMs in {zone} failed: {exc}")
         return

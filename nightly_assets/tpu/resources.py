@@ -8,6 +8,7 @@ Credentials: google.auth's default credentials (a service account, workload iden
 
 from __future__ import annotations
 
+import datetime
 import logging
 import os
 from collections.abc import Callable, Iterable, Mapping
@@ -133,18 +134,21 @@ class TpuVmResource(dg.ConfigurableResource):
         alive_run_ids: Iterable[str],
         *,
         min_age_s: float = 900.0,
+        ended_run_ids: Iterable[str] | None = None,
         log: logging.Logger | None = None,
     ) -> list[str]:
         """Delete this tool's nodes whose run is not alive; the names deleted.
 
         `min_age_s` spares nodes younger than that: a run that started after the caller listed
-        the alive runs has a node but is not in `alive_run_ids` yet.
+        the alive runs has a node but is not in `alive_run_ids` yet. With `ended_run_ids`, only
+        the nodes of those runs go (runs known to have ended), whatever their age.
         """
         return sweep_orphans(
             self.nodes(),
             zones,
             alive_run_ids,
             min_age_s=min_age_s,
+            ended_run_ids=ended_run_ids,
             delete_timeout_s=self.delete_timeout_s,
             poll_interval_s=self.poll_interval_s,
             log=log or _log,
@@ -165,6 +169,15 @@ def alive_run_ids(instance: dg.DagsterInstance) -> list[str]:
     return [r.run_id for r in instance.get_runs(filters=dg.RunsFilter(statuses=ALIVE_STATUSES))]
 
 
+def recently_ended_run_ids(instance: dg.DagsterInstance, days: int = 7) -> list[str]:
+    """Runs of this instance that ended in the last `days` (their VMs, if any, are leftovers)."""
+    since = datetime.datetime.now(datetime.UTC) - datetime.timedelta(days=days)
+    finished = [s for s in dg.DagsterRunStatus if s not in ALIVE_STATUSES]
+    return [
+        r.run_id for r in instance.get_runs(filters=dg.RunsFilter(statuses=finished, updated_after=since))
+    ]
+
+
 def sweep_orphans(
     nodes: TpuNodes,
     zones: Iterable[str],
@@ -174,15 +187,20 @@ def sweep_orphans(
     delete_timeout_s: float,
     poll_interval_s: float,
     log: logging.Logger,
+    ended_run_ids: Iterable[str] | None = None,
 ) -> list[str]:
     alive = {label_value(run_id) for run_id in alive_run_ids}
+    ended = None if ended_run_ids is None else {label_value(run_id) for run_id in ended_run_ids}
     deleted: list[str] = []
     failures: list[str] = []
     for zone in zones:
         # Queued resources too: one still waiting for capacity has no node yet.
         for node_id, labels, age in [*nodes.list_tool_nodes(zone), *nodes.list_tool_queued(zone)]:
             name = nodes.node_name(zone, node_id)
-            if labels.get(RUN_LABEL) in alive or name in deleted or (age is not None and age < min_age_s):
+            if ended is not None:
+                if labels.get(RUN_LABEL) not in ended or name in deleted:
+                    continue
+            elif labels.get(RUN_LABEL) in alive or name in deleted or (age is not None and age < min_age_s):
                 continue
             try:
                 nodes.delete(zone, node_id, delete_timeout_s, poll_interval_s)
