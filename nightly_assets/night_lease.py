@@ -26,6 +26,7 @@ from nightly_assets.warehouse.store import Warehouse
 # it because a re-execution (launched from the UI, run by the daemon) inherits its parent's tags.
 PROCESS_TAG = "nightly/process"
 POLL_S = 5.0
+UNKNOWN_RUN_GRACE_S = 12 * 3600  # longer than any one stage runs
 POOLED_RETRY_S = 30  # a step holding a pool slot gives it back and retries after this long
 POOLED_MAX_RETRIES = 480  # four hours of waiting for the other run, then the step fails saying so
 
@@ -34,10 +35,14 @@ def this_process_tag(run_id: str) -> dict[str, str]:
     return {PROCESS_TAG: f"{socket.gethostname()}:{os.getpid()}:{run_id}"}
 
 
-def run_is_over(instance: dg.DagsterInstance, run_id: str) -> bool:
-    """Whether a run has ended, is unknown to this instance, or lost its `nightly run` process."""
+def run_is_over(instance: dg.DagsterInstance, run_id: str, lease_age_s: float | None = None) -> bool:
+    """Whether a run has ended or lost its `nightly run` process. A run this instance does not know
+    (a `nightly run` on another DAGSTER_HOME writing to the same warehouse) is taken for over only
+    once its lease went `UNKNOWN_RUN_GRACE_S` without a stage renewing it."""
     run = instance.get_run_by_id(run_id)
-    return run is None or run.status in FINISHED_STATUSES or process_gone(run)
+    if run is None:
+        return lease_age_s is not None and lease_age_s > UNKNOWN_RUN_GRACE_S
+    return run.status in FINISHED_STATUSES or process_gone(run)
 
 
 def process_gone(run: dg.DagsterRun) -> bool:
@@ -66,7 +71,9 @@ def hold_night(
     run_id = context.run.run_id
     said = ""
     while True:
-        holder = store.take_lease(key, run_id, lambda other: run_is_over(context.instance, other))
+        holder = store.take_lease(
+            key, run_id, lambda other: run_is_over(context.instance, other, store.lease_age_s(key))
+        )
         if holder is None:
             if said:
                 context.log.info(f"{key}: run {said} has ended; this run goes on")
@@ -78,6 +85,7 @@ def hold_night(
             )
             raise dg.RetryRequested(max_retries=POOLED_MAX_RETRIES, seconds_to_wait=POOLED_RETRY_S)
         if holder != said:
-            context.log.warning(f"{key} is being run by run {holder}; waiting for it to end")
+            unknown = "" if context.instance.get_run_by_id(holder) else " (unknown to this Dagster instance)"
+            context.log.warning(f"{key} is being run by run {holder}{unknown}; waiting for it to end")
             said = holder
         time.sleep(poll_s)

@@ -102,3 +102,20 @@ def test_a_pooled_step_gives_its_slot_back_while_another_run_holds_the_night(tmp
     warnings = [r.user_message for r in instance.all_logs(result.run_id) if "giving back" in r.user_message]
     assert warnings and f"run {holder.run_id}" in warnings[0]
     assert store.take_lease(KEY, "someone", lambda run: False) == holder.run_id  # left alone
+
+
+def test_a_run_of_another_instance_keeps_the_night_until_its_lease_goes_stale(tmp_path, monkeypatch):
+    """A `nightly run` on another DAGSTER_HOME writing to the same warehouse is not a run that ended:
+    its lease holds until no stage has renewed it for the grace period."""
+    from nightly_assets import night_lease
+
+    instance = dg.DagsterInstance.ephemeral(tempdir=str(tmp_path))
+    store = Warehouse(f"sqlite:///{tmp_path}/w.sqlite")
+
+    def over(run: str) -> bool:
+        return night_lease.run_is_over(instance, run, store.lease_age_s(KEY))
+
+    assert store.take_lease(KEY, "elsewhere", over) is None
+    assert store.take_lease(KEY, "here", over) == "elsewhere"
+    monkeypatch.setattr(night_lease, "UNKNOWN_RUN_GRACE_S", 0)
+    assert store.take_lease(KEY, "here", over) is None

@@ -215,7 +215,10 @@ class Warehouse:
         for _ in range(3):  # another run may take or free it between our read and our write
             now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
             holder = self._read(lambda s: s.scalar(select(LeaseTable.run_id).where(*where)))
-            if holder == run_id:
+            if holder == run_id:  # each stage of the run renews it: its age says the run is alive
+                self._changes(
+                    update(LeaseTable).where(*where, LeaseTable.run_id == run_id).values(taken_at=now)
+                )
                 return None
             if holder is not None and not is_over(holder):
                 return str(holder)
@@ -231,6 +234,13 @@ class Warehouse:
                 return None
         holder = self._read(lambda s: s.scalar(select(LeaseTable.run_id).where(*where)))
         return None if holder == run_id else str(holder)
+
+    def lease_age_s(self, key: NightKey) -> float | None:
+        """Seconds since the night's lease was taken or renewed; None when nobody holds it."""
+        taken = self._read(lambda s: s.scalar(select(LeaseTable.taken_at).where(*_is_key(LeaseTable, key))))
+        if taken is None:
+            return None
+        return (dt.datetime.now(dt.UTC).replace(tzinfo=None) - taken).total_seconds()
 
     def release_leases(self, run_id: str) -> None:
         """The run has ended: the nights it held are free."""
