@@ -119,3 +119,42 @@ def test_a_run_of_another_instance_keeps_the_night_until_its_lease_goes_stale(tm
     assert store.take_lease(KEY, "here", over) == "elsewhere"
     monkeypatch.setattr(night_lease, "UNKNOWN_RUN_GRACE_S", 0)
     assert store.take_lease(KEY, "here", over) is None
+
+
+@pytest.mark.slow
+def test_cancelling_the_waiting_run_leaves_the_first_runs_night_alone(dagster_home, nightly_home, tmp_path):
+    """Ctrl-C on the second `nightly run` while it waits for the lease: that run is cancelled, but
+    the night belongs to the first run, which ends it `success` with no error alert."""
+    import signal
+
+    marker = f"nightly-lease-cancel-{uuid.uuid4().hex}"
+    first = start_night_with_a_slow_benchmark(tmp_path, marker, seconds=8)
+    try:
+        wait_for_the_benchmark(first, marker)
+        env = {**os.environ, "NIGHTLY_CATALOG_DIR": str(tmp_path / "catalog"), "PYTHONUNBUFFERED": "1"}
+        second = subprocess.Popen(
+            [sys.executable, "-m", "nightly_assets.cli", "run", "demo", "--night", "2026-11-03"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+        )
+        assert second.stdout is not None
+        for line in second.stdout:
+            if "waiting for it to end" in line:
+                break
+        second.send_signal(signal.SIGINT)
+        second_rest, _ = second.communicate(timeout=120)
+        first_rest, _ = first.communicate(timeout=300)
+    finally:
+        first.kill()
+    assert second.returncode == 130, second_rest
+    assert "writing its summary" not in second_rest  # it never touched the night: nothing to summarize
+    assert first.returncode == 0, first_rest
+    store = Warehouse(f"sqlite:///{nightly_home}/warehouse.sqlite")
+    night = store.night(KEY)
+    assert night is not None and night.status == "success"
+    assert {s.status for s in store.stages(KEY)} == {"success"}
+    alerts = nightly_home / "alerts.jsonl"
+    sent = [json.loads(line) for line in alerts.read_text().splitlines()] if alerts.exists() else []
+    assert [a for a in sent if a["severity"] == "error"] == []

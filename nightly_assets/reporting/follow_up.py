@@ -144,7 +144,7 @@ def _follow_up(
 def _ran_there(store: Warehouse, night: NightInRun, run: dg.DagsterRun) -> bool:
     """Whether the run wrote anything to the night (a run cancelled while it waited for another
     run's lease did not, and must not summarize the night that other run is writing)."""
-    if night.materialized or night.failed_steps:
+    if night.materialized:
         return True
     row = store.night(night.key)
     return (
