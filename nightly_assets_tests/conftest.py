@@ -33,3 +33,11 @@ def nightly_home(tmp_path, monkeypatch):
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/nightly-no-docker.sock")
     monkeypatch.delenv("NIGHTLY_RUNNER_POOL", raising=False)
     return home
+
+
+@pytest.fixture
+def dagster_home(tmp_path, monkeypatch, nightly_home):
+    """A fresh DAGSTER_HOME for `nightly` commands (theirs or a subprocess's) beside the fresh home."""
+    home = tmp_path / "dagster_home"
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    return home

@@ -20,13 +20,6 @@ from nightly_assets_tests.cli_nights import (
 from nightly_assets_tests.peers.process import free_port
 
 
-@pytest.fixture
-def dagster_home(tmp_path, monkeypatch, nightly_home):
-    home = tmp_path / "dagster_home"
-    monkeypatch.setenv("DAGSTER_HOME", str(home))
-    return home
-
-
 @pytest.mark.slow
 def test_run_prints_progress_and_the_summary_then_status_shows_the_night(dagster_home, capsys):
     assert main(["run", "demo", "--night", "2026-11-03"]) == 0

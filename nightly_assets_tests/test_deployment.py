@@ -206,14 +206,12 @@ def deploy_env(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
         "DAGSTER_POSTGRES_USER": POSTGRES_ADMIN_USER,
         "DAGSTER_POSTGRES_HOST": POSTGRES_HOST,
         "DAGSTER_POSTGRES_DB": "dagster",
-        "NIGHTLY_REGISTRY_ECR_URL": "",
-        "NIGHTLY_REGISTRY_ECR_USERNAME": "",
-        "NIGHTLY_REGISTRY_ACR_URL": "",
-        "NIGHTLY_REGISTRY_ACR_USERNAME": "",
-        "NIGHTLY_GCP_PROJECT": "",
-        "GOOGLE_APPLICATION_CREDENTIALS": "",
         "DOCKER_HOST": os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock"),
     }
+    # The optional settings: docker-compose.yml gives the daemon each one, "" when unset.
+    for name in _launcher_config()["env_vars"]:
+        if "=" not in name:  # NAME=value entries carry their value
+            env.setdefault(name, "")
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     return env

@@ -21,13 +21,6 @@ from nightly_assets_tests.cli_nights import start_night_with_a_slow_benchmark, w
 KEY = NightKey("demo", dt.date(2026, 11, 3), "cpu")
 
 
-@pytest.fixture
-def dagster_home(tmp_path, monkeypatch, nightly_home):
-    home = tmp_path / "dagster_home"
-    monkeypatch.setenv("DAGSTER_HOME", str(home))
-    return home
-
-
 @pytest.mark.slow
 def test_a_second_run_of_a_night_waits_for_the_first(dagster_home, nightly_home, tmp_path):
     marker = f"nightly-lease-{uuid.uuid4().hex}"

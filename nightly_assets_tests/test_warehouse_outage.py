@@ -56,9 +56,8 @@ def test_an_outage_longer_than_the_budget_is_one_named_error(own_mariadb: OwnMar
 
 @pytest.mark.slow
 def test_a_night_survives_a_database_restart_and_ends_with_its_status(
-    own_mariadb: OwnMariaDB, tmp_path, nightly_home, monkeypatch
+    own_mariadb: OwnMariaDB, tmp_path, dagster_home
 ) -> None:
-    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))
     marker = f"nightly-outage-{uuid.uuid4().hex}"
     cli = start_night_with_a_slow_benchmark(
         tmp_path,
