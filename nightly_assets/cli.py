@@ -27,7 +27,7 @@ from nightly_assets.pipelines import nightly_job_name
 from nightly_assets.reporting.summary import night_summary
 from nightly_assets.resources import resources_for
 from nightly_assets.results import NightKey
-from nightly_assets.settings import nightly_env, nightly_home
+from nightly_assets.settings import env_var_names, nightly_env, nightly_home
 from nightly_assets.warehouse import store as warehouse_store
 from nightly_assets.warehouse.resources import WarehouseResource
 from nightly_assets.warehouse.store import WarehouseError
@@ -91,7 +91,7 @@ def _resources(warehouse_retry_s: float | None = None) -> Iterator[Any]:
         definitions["warehouse"] = WarehouseResource(
             url=definitions["warehouse"].url, retry_s=warehouse_retry_s
         )
-    unset = sorted(name for name in _env_sources(definitions) if not os.environ.get(name))
+    unset = sorted(name for name in env_var_names(definitions) if not os.environ.get(name))
     if unset:
         raise SettingsError(f"resources ({nightly_env()}): {_unset_message(unset)}")
     try:
@@ -99,17 +99,6 @@ def _resources(warehouse_retry_s: float | None = None) -> Iterator[Any]:
             yield resources
     except dg.DagsterInvalidConfigError as exc:
         raise SettingsError(f"resources ({nightly_env()}): {_config_error(exc)}") from None
-
-
-def _env_sources(node: object) -> set[str]:
-    """Every variable the resources read through `dg.EnvVar`, nested resources included."""
-    if isinstance(node, dg.ConfigurableResource):
-        node = node._convert_to_config_dictionary()  # the config as Dagster sees it: {"env": NAME}
-    if isinstance(node, dict):
-        if set(node) == {"env"}:
-            return {str(node["env"])}
-        return set().union(*(_env_sources(value) for value in node.values()))
-    return set()
 
 
 def _unset_message(names: list[str]) -> str:

@@ -17,6 +17,7 @@ from typing import Any
 
 import dagster as dg
 from dagster._core.events import DagsterEventType
+from dagster._core.execution.plan.objects import ErrorSource
 
 from nightly_assets.catalog.models import Catalog
 from nightly_assets.night_lease import this_process_tag
@@ -150,7 +151,7 @@ def _interrupted(instance: dg.DagsterInstance, run_id: str) -> bool:
         if event is None:
             continue
         if event.event_type == DagsterEventType.STEP_FAILURE:
-            if event.step_failure_data.error_source.value == "INTERRUPT":
+            if event.step_failure_data.error_source == ErrorSource.INTERRUPT:
                 return True
         elif "interrupted" in (event.message or ""):
             return True
@@ -192,7 +193,7 @@ def progress_line(entry: Any) -> str | None:
             return f"done     {step} ({event.event_specific_data.duration_ms / 1000:.1f}s)"
         case DagsterEventType.STEP_FAILURE:
             data = event.step_failure_data
-            if data.error_source.value == "INTERRUPT":
+            if data.error_source == ErrorSource.INTERRUPT:
                 return f"{CANCELLED.upper():<8} {step} (interrupted)"
             lines = stage_error(data.error, data.user_failure_data).splitlines() or ["failed"]
             more = f"\n{'':11}".join(lines[1:8])

@@ -11,6 +11,7 @@ names the pipeline, and two pipelines may share a partition key.
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 import time
@@ -35,13 +36,13 @@ def this_process_tag(run_id: str) -> dict[str, str]:
     return {PROCESS_TAG: f"{socket.gethostname()}:{os.getpid()}:{run_id}"}
 
 
-def run_is_over(instance: dg.DagsterInstance, run_id: str, lease_age_s: float | None = None) -> bool:
+def run_is_over(instance: dg.DagsterInstance, run_id: str, lease_age_s: float) -> bool:
     """Whether a run has ended or lost its `nightly run` process. A run this instance does not know
     (a `nightly run` on another DAGSTER_HOME writing to the same warehouse) is taken for over only
     once its lease went `UNKNOWN_RUN_GRACE_S` without a stage renewing it."""
     run = instance.get_run_by_id(run_id)
     if run is None:
-        return lease_age_s is not None and lease_age_s > UNKNOWN_RUN_GRACE_S
+        return lease_age_s > UNKNOWN_RUN_GRACE_S
     return run.status in FINISHED_STATUSES or process_gone(run)
 
 
@@ -71,9 +72,7 @@ def hold_night(
     run_id = context.run.run_id
     said = ""
     while True:
-        holder = store.take_lease(
-            key, run_id, lambda other: run_is_over(context.instance, other, store.lease_age_s(key))
-        )
+        holder = store.take_lease(key, run_id, functools.partial(run_is_over, context.instance))
         if holder is None:
             if said:
                 context.log.info(f"{key}: run {said} has ended; this run goes on")

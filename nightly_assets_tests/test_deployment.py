@@ -38,6 +38,7 @@ from dagster._serdes.config_class import ConfigurableClassData
 from dagster_docker import DockerRunLauncher
 from dagster_docker.docker_run_launcher import DOCKER_CONTAINER_ID_TAG
 
+from nightly_assets.settings import env_var_names
 from nightly_assets_tests.peers.docker import DockerEngine
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -88,17 +89,6 @@ def _launcher_config() -> dict[str, Any]:
 
 def _env_var_names(env_vars: list[str]) -> list[str]:
     return [entry.split("=", 1)[0] for entry in env_vars]
-
-
-def _env_sources(node: object) -> set[str]:
-    """Every variable a Dagster config reads through ``{env: NAME}``."""
-    if isinstance(node, Mapping):
-        if set(node) == {"env"}:
-            return {str(node["env"])}
-        return set().union(*(_env_sources(value) for value in node.values()))
-    if isinstance(node, list):
-        return set().union(*(_env_sources(value) for value in node))
-    return set()
 
 
 # -- docker-compose.yml ---------------------------------------------------------------------------
@@ -305,7 +295,7 @@ def test_every_variable_the_runs_need_is_set_in_the_daemon(compose_config: dict[
     # DockerRunLauncher raises at launch for a name in env_vars that the daemon's environment
     # lacks; run workers resolve the instance's `env:` sources in their own environment.
     launcher_names = set(_env_var_names(_launcher_config()["env_vars"]))
-    env_sources = _env_sources(_deploy_config())
+    env_sources = env_var_names(_deploy_config())
     assert env_sources <= launcher_names, f"run containers lack {sorted(env_sources - launcher_names)}"
     for service in (*DAGSTER_SERVICES, USER_CODE):
         environment = compose_config["services"][service]["environment"]

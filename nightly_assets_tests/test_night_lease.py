@@ -59,13 +59,13 @@ def test_a_second_run_of_a_night_waits_for_the_first(dagster_home, nightly_home,
 def test_a_lease_of_a_run_that_ended_is_taken_over(tmp_path):
     store = Warehouse(f"sqlite:///{tmp_path}/w.sqlite")
     over = {"a": False}
-    assert store.take_lease(KEY, "a", lambda run: over[run]) is None
-    assert store.take_lease(KEY, "a", lambda run: over[run]) is None  # its own stages share it
-    assert store.take_lease(KEY, "b", lambda run: over[run]) == "a"  # a is live: b waits
+    assert store.take_lease(KEY, "a", lambda run, _age: over[run]) is None
+    assert store.take_lease(KEY, "a", lambda run, _age: over[run]) is None  # its own stages share it
+    assert store.take_lease(KEY, "b", lambda run, _age: over[run]) == "a"  # a is live: b waits
     over["a"] = True
-    assert store.take_lease(KEY, "b", lambda run: over[run]) is None  # a ended (crashed): b takes it
+    assert store.take_lease(KEY, "b", lambda run, _age: over[run]) is None  # a ended (crashed): b takes it
     store.release_leases("b")
-    assert store.take_lease(KEY, "c", lambda run: False) is None
+    assert store.take_lease(KEY, "c", lambda run, _age: False) is None
 
 
 def test_a_pooled_step_gives_its_slot_back_while_another_run_holds_the_night(tmp_path, monkeypatch):
@@ -80,7 +80,7 @@ def test_a_pooled_step_gives_its_slot_back_while_another_run_holds_the_night(tmp
     instance = dg.DagsterInstance.ephemeral(tempdir=str(tmp_path))
     holder = instance.add_run(dg.DagsterRun(job_name="demo_nightly", status=dg.DagsterRunStatus.STARTED))
     store = Warehouse(f"sqlite:///{tmp_path}/w.sqlite")
-    assert store.take_lease(KEY, holder.run_id, lambda run: False) is None
+    assert store.take_lease(KEY, holder.run_id, lambda run, _age: False) is None
     attempts: list[int] = []
 
     @dg.asset(pool="gpu", partitions_def=dg.StaticPartitionsDefinition(["x"]))
@@ -94,7 +94,7 @@ def test_a_pooled_step_gives_its_slot_back_while_another_run_holds_the_night(tmp
     assert len(retries) == 2 and attempts == [0, 1, 2]  # asked again twice, then failed
     warnings = [r.user_message for r in instance.all_logs(result.run_id) if "giving back" in r.user_message]
     assert warnings and f"run {holder.run_id}" in warnings[0]
-    assert store.take_lease(KEY, "someone", lambda run: False) == holder.run_id  # left alone
+    assert store.take_lease(KEY, "someone", lambda run, _age: False) == holder.run_id  # left alone
 
 
 def test_a_run_of_another_instance_keeps_the_night_until_its_lease_goes_stale(tmp_path, monkeypatch):
@@ -105,8 +105,8 @@ def test_a_run_of_another_instance_keeps_the_night_until_its_lease_goes_stale(tm
     instance = dg.DagsterInstance.ephemeral(tempdir=str(tmp_path))
     store = Warehouse(f"sqlite:///{tmp_path}/w.sqlite")
 
-    def over(run: str) -> bool:
-        return night_lease.run_is_over(instance, run, store.lease_age_s(KEY))
+    def over(run: str, age_s: float) -> bool:
+        return night_lease.run_is_over(instance, run, age_s)
 
     assert store.take_lease(KEY, "elsewhere", over) is None
     assert store.take_lease(KEY, "here", over) == "elsewhere"

@@ -82,6 +82,20 @@ def make_vms(tpu_api: FakeTpuApi, sshd: Sshd, tmp_path: Path):
     return make
 
 
+def run_a_long_suite(
+    vms: TpuVmResource, target: TpuTarget, suite_file: Path, tmp_path: Path, on_start: Callable[[], None]
+) -> TpuRunOutcome:
+    """A 60-s suite on a VM; `on_start` runs once the suite has started (to cancel it)."""
+    return vms.run_suite(
+        target,
+        pytest_suite(suite_file, sleep_s=60),
+        run_id=RUN_ID,
+        night=NIGHT,
+        out_dir=tmp_path / "out",
+        on_output=when_started(on_start),
+    )
+
+
 @pytest.fixture
 def suite_file(tmp_path: Path) -> Path:
     path = tmp_path / "src" / "test_suite.py"
@@ -313,14 +327,7 @@ def test_a_cancelled_run_still_deletes_its_vm(
         raise interrupt()
 
     with pytest.raises(interrupt) as raised:
-        make_vms().run_suite(
-            target,
-            pytest_suite(suite_file, sleep_s=60),
-            run_id=RUN_ID,
-            night=NIGHT,
-            out_dir=tmp_path / "out",
-            on_output=when_started(cancel),
-        )
+        run_a_long_suite(make_vms(), target, suite_file, tmp_path, on_start=cancel)
     outcome = raised.value.tpu_outcome  # type: ignore[attr-defined]
     assert outcome.reason == "cancelled" and outcome.deleted_at is not None
     assert_suite_process_gone(tmp_path / "vm")
@@ -419,14 +426,7 @@ def test_a_second_interrupt_during_the_delete_waits_for_it(
         raise KeyboardInterrupt
 
     with pytest.raises(BaseException) as raised:
-        make_vms().run_suite(
-            target,
-            pytest_suite(suite_file, sleep_s=60),
-            run_id=RUN_ID,
-            night=NIGHT,
-            out_dir=tmp_path / "out",
-            on_output=when_started(cancel_then_interrupt_again),
-        )
+        run_a_long_suite(make_vms(), target, suite_file, tmp_path, on_start=cancel_then_interrupt_again)
     assert raised.type is KeyboardInterrupt
     outcome = raised.value.tpu_outcome  # type: ignore[attr-defined]
     assert outcome.reason == "cancelled" and outcome.deleted_at is not None and outcome.delete_error is None

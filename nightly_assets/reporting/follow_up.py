@@ -23,7 +23,7 @@ from nightly_assets.reporting.alerts import alerts_for_run
 from nightly_assets.reporting.night_runs import NightInRun, RunRecord, read_run
 from nightly_assets.reporting.resources import Alert, NotifierResource
 from nightly_assets.results import NightKey
-from nightly_assets.warehouse.store import NightRow, Warehouse
+from nightly_assets.warehouse.store import NightRow, Warehouse, utc_now
 
 FOLLOWED_UP_TAG = "nightly/followed_up"
 RETRY = "retry"  # FOLLOWED_UP_TAG: the follow-up failed before its warehouse work was done
@@ -70,10 +70,12 @@ def follow_up_run(
         instance.add_run_tags(run.run_id, {FOLLOWED_UP_TAG: RETRY})
         raise
     if done.unsent:
-        instance.add_run_tags(
-            run.run_id, {FOLLOWED_UP_TAG: ALERTS_UNSENT, UNSENT_TAG: ",".join(map(str, sorted(done.unsent)))}
-        )
+        instance.add_run_tags(run.run_id, _unsent_tags(done.unsent))
     return done
+
+
+def _unsent_tags(unsent: dict[int, str]) -> dict[str, str]:
+    return {FOLLOWED_UP_TAG: ALERTS_UNSENT, UNSENT_TAG: ",".join(map(str, sorted(unsent)))}
 
 
 def send_alerts(alerts: list[Alert], notifier: NotifierResource) -> dict[int, str]:
@@ -92,13 +94,13 @@ def resend_unsent_alerts(
 ) -> dict[int, str]:
     """Send again the alerts a follow-up could not send (the alerts are rebuilt from the run's
     events, which do not change); what is still unsent, by index."""
-    wanted = {int(i) for i in run.tags.get(UNSENT_TAG, "").split(",") if i.isdigit()}
     alerts = alerts_for_run(read_run(instance, run, catalog), catalog)
-    unsent = send_alerts([a for i, a in enumerate(alerts) if i in wanted], notifier)
-    indexes = [i for i in sorted(wanted) if i < len(alerts)]
-    still = {indexes[i]: why for i, why in unsent.items()}
-    tags = {FOLLOWED_UP_TAG: ALERTS_UNSENT, UNSENT_TAG: ",".join(map(str, sorted(still)))}
-    instance.add_run_tags(run.run_id, tags if still else {FOLLOWED_UP_TAG: run.run_id, UNSENT_TAG: ""})
+    wanted = sorted({int(i) for i in run.tags.get(UNSENT_TAG, "").split(",") if i.isdigit()})
+    wanted = [i for i in wanted if i < len(alerts)]
+    unsent = send_alerts([alerts[i] for i in wanted], notifier)
+    still = {wanted[j]: why for j, why in unsent.items()}
+    done = {FOLLOWED_UP_TAG: run.run_id, UNSENT_TAG: ""}
+    instance.add_run_tags(run.run_id, _unsent_tags(still) if still else done)
     return still
 
 
@@ -120,22 +122,23 @@ def _follow_up(
 ) -> FollowUp:
     record = read_run(instance, run, catalog)
     ended: dict[NightKey, list[str]] = {}
+    summaries = []
     status = CANCELLED if record.interrupted else "failure"
     for night in record.nights:
         stuck = store.end_stages(night.key, run_id=run.run_id, status=status)
         if stuck:
             ended[night.key] = stuck
-        # Final at once: a summary run may not get to run after a Ctrl-C. Only this run's night:
-        # cancelling a second run that waited for the lease must not end the first run's night.
-        if record.interrupted and _ran_there(store, night, run):
+        # Only a night this run wrote to: a second run cancelled while it waited for the lease
+        # must neither end nor summarize the night the first run is writing.
+        if not _ran_there(store, night, run):
+            continue
+        if record.interrupted:  # final at once: a summary run may not get to run after a Ctrl-C
             store.set_night_status(night.key, CANCELLED, only_if="running")
-    store.release_leases(run.run_id)
-    summaries = []
-    for night in record.nights:
         summary = summary_stage(catalog, night.key.pipeline)
         summary_failed = any(f.stage == summary and not f.interrupted for f in night.failed_steps)
-        if summary not in night.materialized and not summary_failed and _ran_there(store, night, run):
+        if summary not in night.materialized and not summary_failed:
             summaries.append(night)
+    store.release_leases(run.run_id)
     alerts = alerts_for_run(record, catalog)
     unsent = send_alerts(alerts, notifier)
     return FollowUp(record, alerts, summaries, ended, unsent)
@@ -174,8 +177,7 @@ def abandoned_runs(
     """The runs of a night still `running` when every one of them has ended (so nothing will give
     it a final status), else None. A run whose `nightly run` process is gone (killed) is reported
     failed first: Dagster only notices that for runs its daemon launched."""
-    key = NightKey(night.pipeline, night.night, night.target)
-    run_ids = {night.run_id} | {s.run_id for s in store.stages(key)}
+    run_ids = {night.run_id} | {s.run_id for s in store.stages(night.key)}
     runs = instance.get_runs(dg.RunsFilter(run_ids=sorted(run_ids)))
     for run in runs:
         if run.status not in FINISHED_STATUSES and process_gone(run):
@@ -185,7 +187,7 @@ def abandoned_runs(
         return None
     if any(_follow_up_pending(instance, r) for r in runs):
         return None  # its follow-up (alerts, then a summary run) is still to come
-    idle = dt.datetime.now(dt.UTC).replace(tzinfo=None) - (night.updated_at or dt.datetime.min)
+    idle = utc_now() - (night.updated_at or dt.datetime.min)
     if len(runs) < len(run_ids) and idle < UNKNOWN_RUN_GRACE:
         return None  # a run of another instance may still be writing to it
     return list(runs)
@@ -206,12 +208,11 @@ def _follow_up_pending(instance: dg.DagsterInstance, run: dg.DagsterRun) -> bool
 
 def end_abandoned(store: Warehouse, night: NightRow, runs: list[dg.DagsterRun]) -> str:
     """End the stages those runs left running; a line saying what happened."""
-    key = NightKey(night.pipeline, night.night, night.target)
     for run in runs:
         status = CANCELLED if run.status == dg.DagsterRunStatus.CANCELED else "failure"
-        store.end_stages(key, run_id=run.run_id, status=status)
+        store.end_stages(night.key, run_id=run.run_id, status=status)
     ended = (
         ", ".join(f"{r.run_id[:8]} {r.status.value.lower()}" for r in runs)
         or "runs this instance does not know"
     )
-    return f"{key} was left running after its runs ended ({ended})"
+    return f"{night.key} was left running after its runs ended ({ended})"

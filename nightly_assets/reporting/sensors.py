@@ -23,7 +23,6 @@ from nightly_assets.reporting.follow_up import (
     summary_requests,
 )
 from nightly_assets.reporting.resources import NotifierResource
-from nightly_assets.results import NightKey
 from nightly_assets.warehouse.resources import WarehouseResource
 
 REPAIR_TAG = "nightly/repair_of"
@@ -127,9 +126,7 @@ def build_alert_sensors(
             if any(r.tags.get("dagster/partition") == partition for r in repairs):
                 # Its repair summary ran and still left it running (that run failed): end it here.
                 end_abandoned(store, night, runs)
-                store.set_night_status(
-                    NightKey(night.pipeline, night.night, night.target), "failure", only_if="running"
-                )
+                store.set_night_status(night.key, "failure", only_if="running")
                 context.log.error(
                     f"{night.pipeline} {partition}: its repair summary failed; status set to failure"
                 )

@@ -40,7 +40,7 @@ class NightSummary:
 
     @property
     def failed_tests(self) -> int:
-        return sum(c["failed"] + c["error"] for c in self.suites.values())
+        return _failed_tests(self.suites)
 
     def markdown(self) -> str:
         return summary_markdown(self)
@@ -66,9 +66,12 @@ def night_summary(
     checks = [c for c in store.checks(key) if not c.passed]
     judged_rows = [r for r in rows if judged is None or r.stage in judged]
     judged_checks = [c for c in checks if judged is None or c.stage in judged]
-    failed_tests = sum(c["failed"] + c["error"] for c in suites.values())
-    status = night_status(judged_rows, failed_tests, judged_checks)
+    status = night_status(judged_rows, _failed_tests(suites), judged_checks)
     return NightSummary(key, rows, suites, failures, checks, store.costs(key), status)
+
+
+def _failed_tests(suites: dict[str, dict[str, int]]) -> int:
+    return sum(c["failed"] + c["error"] for c in suites.values())
 
 
 def summary_rows(

@@ -88,6 +88,15 @@ class NightRow:
     pins: dict[str, str]
     updated_at: dt.datetime | None = None  # naive UTC
 
+    @property
+    def key(self) -> NightKey:
+        return NightKey(self.pipeline, self.night, self.target)
+
+
+def utc_now() -> dt.datetime:
+    """Now in UTC without tzinfo, as the tables store times (MySQL DATETIME has no zone)."""
+    return dt.datetime.now(dt.UTC).replace(tzinfo=None)
+
 
 def safe_url(url: str) -> str:
     """The URL with its password replaced by ``***``, also when SQLAlchemy cannot parse it."""
@@ -137,7 +146,7 @@ class Warehouse:
             "run_id": run_id,
             "status": status,
             "pins": json.dumps(dict(pins), sort_keys=True),
-            "updated_at": dt.datetime.now(dt.UTC).replace(tzinfo=None),
+            "updated_at": utc_now(),
         }
         self._replace(NightTable, _is_key(NightTable, key), [row])
 
@@ -194,33 +203,29 @@ class Warehouse:
 
     def set_night_status(self, key: NightKey, status: str, *, only_if: str) -> bool:
         """Set the night's status when it is `only_if`; whether it was."""
-        changed = False
+        statement = (
+            update(NightTable)
+            .where(*_is_key(NightTable, key), NightTable.status == only_if)
+            .values(status=status, updated_at=utc_now())
+        )
+        return bool(self._changes(statement))
 
-        def write(session: Session) -> None:
-            nonlocal changed
-            result = session.execute(
-                update(NightTable)
-                .where(*_is_key(NightTable, key), NightTable.status == only_if)
-                .values(status=status, updated_at=dt.datetime.now(dt.UTC).replace(tzinfo=None))
-            )
-            changed = bool(getattr(result, "rowcount", 0))
-
-        self._write(write)
-        return changed
-
-    def take_lease(self, key: NightKey, run_id: str, is_over: Callable[[str], bool]) -> str | None:
+    def take_lease(self, key: NightKey, run_id: str, is_over: Callable[[str, float], bool]) -> str | None:
         """Take the night's lease for `run_id`. Returns None when this run holds it now, else the
-        run that does. A holder for which `is_over` is true loses it (compare and swap)."""
+        run that does. A holder for which `is_over(holder, seconds since it took or renewed the
+        lease)` is true loses it (compare and swap)."""
         where = _is_key(LeaseTable, key)
+        query = select(LeaseTable.run_id, LeaseTable.taken_at).where(*where)
         for _ in range(3):  # another run may take or free it between our read and our write
-            now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
-            holder = self._read(lambda s: s.scalar(select(LeaseTable.run_id).where(*where)))
+            now = utc_now()
+            lease = self._read(lambda s: s.execute(query).first())
+            holder = lease.run_id if lease else None
             if holder == run_id:  # each stage of the run renews it: its age says the run is alive
                 self._changes(
                     update(LeaseTable).where(*where, LeaseTable.run_id == run_id).values(taken_at=now)
                 )
                 return None
-            if holder is not None and not is_over(holder):
+            if lease is not None and not is_over(lease.run_id, (now - lease.taken_at).total_seconds()):
                 return str(holder)
             if holder is None:
                 statement: Any = insert(LeaseTable).values(**_key(key), run_id=run_id, taken_at=now)
@@ -234,13 +239,6 @@ class Warehouse:
                 return None
         holder = self._read(lambda s: s.scalar(select(LeaseTable.run_id).where(*where)))
         return None if holder == run_id else str(holder)
-
-    def lease_age_s(self, key: NightKey) -> float | None:
-        """Seconds since the night's lease was taken or renewed; None when nobody holds it."""
-        taken = self._read(lambda s: s.scalar(select(LeaseTable.taken_at).where(*_is_key(LeaseTable, key))))
-        if taken is None:
-            return None
-        return (dt.datetime.now(dt.UTC).replace(tzinfo=None) - taken).total_seconds()
 
     def release_leases(self, run_id: str) -> None:
         """The run has ended: the nights it held are free."""
