@@ -1,54 +1,18 @@
 """Catalog -> Dagster: each pipeline's stage assets, its nightly and summary jobs, and its schedule."""
 
 import datetime as dt
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import dagster as dg
 from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
 
-from nightly_assets.batch.assets import (
-    build_analysis_report_asset,
-    build_batch_job_asset,
-    build_benchmark_sweep_asset,
-    build_deploy_asset,
-)
-from nightly_assets.benchmarks.assets import build_benchmarks_asset, build_perf_baseline_asset
-from nightly_assets.builds.assets import build_environment_asset, build_wheels_asset
 from nightly_assets.catalog.models import Catalog, Pipeline
-from nightly_assets.containers.assets import build_docker_image_asset, build_image_pull_asset
 from nightly_assets.partitions import partition_key, pipeline_partitions
-from nightly_assets.release.assets import build_publish_wheels_asset
-from nightly_assets.remote.pending import PENDING_KINDS, build_pending_asset
 from nightly_assets.reporting.alerts import PIPELINE_TAG
-from nightly_assets.reporting.assets import build_night_summary_asset
 from nightly_assets.reporting.sensors import summary_job_name
-from nightly_assets.sources.assets import build_sources_asset
+from nightly_assets.stage_kinds import stage_kind
 from nightly_assets.stages import StageSpec
-from nightly_assets.testing.assets import build_test_suite_asset
-from nightly_assets.testing.lint import build_lint_asset
-
-AssetBuilder = Callable[[StageSpec], dg.AssetsDefinition]
-
-BUILDERS: dict[str, AssetBuilder] = {
-    "sources": build_sources_asset,
-    "lint": build_lint_asset,
-    "wheels": build_wheels_asset,
-    "environment": build_environment_asset,
-    "test_suite": build_test_suite_asset,
-    "benchmarks": build_benchmarks_asset,
-    "perf_baseline": build_perf_baseline_asset,
-    "night_summary": build_night_summary_asset,
-    "publish_wheels": build_publish_wheels_asset,
-    "docker_image": build_docker_image_asset,
-    "image_pull": build_image_pull_asset,
-    "batch_job": build_batch_job_asset,
-    "deploy": build_deploy_asset,
-    "benchmark_sweep": build_benchmark_sweep_asset,
-    "analysis_report": build_analysis_report_asset,
-    **dict.fromkeys(PENDING_KINDS, build_pending_asset),
-}
 
 
 @dataclass(frozen=True)
@@ -67,12 +31,10 @@ def build_pipeline(
     catalog: Catalog, catalog_dir: Path, pipeline: Pipeline, schedule_running: bool
 ) -> PipelineDefs:
     partitions_def = pipeline_partitions(pipeline)
-    assets = []
-    for stage in pipeline.stages:
-        builder = BUILDERS.get(stage.kind)
-        if builder is None:
-            raise ValueError(f"pipeline '{pipeline.name}': no asset builder for stage kind '{stage.kind}'")
-        assets.append(builder(StageSpec(catalog, catalog_dir, pipeline, stage, partitions_def)))
+    assets = [
+        stage_kind(stage.kind).build(StageSpec(catalog, catalog_dir, pipeline, stage, partitions_def))
+        for stage in pipeline.stages
+    ]
     tags = {PIPELINE_TAG: pipeline.name}
     nightly_job = dg.define_asset_job(
         nightly_job_name(pipeline.name),

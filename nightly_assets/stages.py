@@ -8,7 +8,7 @@ import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import dagster as dg
 from dagster._core.errors import DagsterExecutionInterruptedError
@@ -18,27 +18,14 @@ from nightly_assets.catalog.models import Catalog, Pipeline, Runner, Stage, Targ
 from nightly_assets.night_lease import hold_night
 from nightly_assets.partitions import night_key
 from nightly_assets.results import CheckOutcome, NightKey
+from nightly_assets.stage_kinds.spec import StageParams
 from nightly_assets.warehouse.resources import WarehouseResource
 
-# Kinds tags shown in the UI per stage kind (Dagster shows at most three).
-STAGE_KINDS: dict[str, set[str]] = {
-    "sources": {"git"},
-    "lint": {"python", "ruff"},
-    "wheels": {"python", "wheel"},
-    "environment": {"python", "venv"},
-    "image_pull": {"docker"},
-    "docker_image": {"docker"},
-    "test_suite": {"pytest", "junit"},
-    "benchmarks": {"json"},
-    "benchmark_sweep": {"slurm"},
-    "perf_baseline": {"sql"},
-    "batch_job": {"slurm"},
-    "deploy": {"file"},
-    "analysis_report": {"pdf"},
-    "publish_wheels": {"pypi"},
-    "promote_images": {"docker"},
-    "night_summary": {"markdown"},
-}
+P = TypeVar("P", bound=StageParams)
+
+
+class StageNotAvailable(RuntimeError):
+    """The stage cannot run where the night put it; the message says what it needs instead."""
 
 
 @dataclass(frozen=True)
@@ -86,7 +73,16 @@ class StageSpec:
     @property
     def repo_name(self) -> str:
         """The repository the stage works on: `params.repo`, else the pipeline's first."""
-        return str(self.stage.params.get("repo", self.pipeline.repositories[0].name))
+        return getattr(self.stage.typed_params, "repo", None) or self.pipeline.repositories[0].name
+
+    def params(self, model: type[P]) -> P:
+        """The stage's `params`, as its kind's model validated them when the catalog loaded."""
+        params = self.stage.typed_params
+        if not isinstance(params, model):
+            raise TypeError(
+                f"{self.key.to_user_string()}: params are {type(params).__name__}, not {model.__name__}"
+            )
+        return params
 
     def output_key(self, key: NightKey) -> str:
         """Where this stage's Bazel builds of its repository for `key`'s target persist across
@@ -109,7 +105,9 @@ class StageSpec:
 
     def asset_args(self, **extra: Any) -> dict[str, Any]:
         """Keyword arguments for `dg.asset` / `dg.multi_asset` shared by every stage kind."""
-        kinds = set(STAGE_KINDS[self.stage.kind])
+        from nightly_assets.stage_kinds import stage_kind  # the kinds import this module
+
+        kinds = set(stage_kind(self.stage.kind).kinds)
         if "check_specs" in extra:
             extra["check_specs"] = [self.partitioned_check(c) for c in extra["check_specs"]]
         return dict(
@@ -167,6 +165,15 @@ class StageRun:
             **({"artefacts": dg.MetadataValue.url(self.folder_link)} if self.folder_link else {}),
             **{f"artefact/{name}": dg.MetadataValue.url(url) for name, url in self.links.items()},
         }
+
+
+def require_local_runner(spec: StageSpec, run: StageRun, what: str) -> None:
+    """Refuse, naming the runner, a stage whose work would run on this host but names a remote one."""
+    if run.runner is not None and run.runner.kind != "local":
+        raise StageNotAvailable(
+            f"{spec.key.to_user_string()}: {what} runs on this host, not on '{run.runner_name}' "
+            f"({run.runner.kind}); name a local runner"
+        )
 
 
 def stage_events(

@@ -73,7 +73,11 @@ def test_builtin_catalog_has_the_seed_values():
             lambda d: d["stages"][1].update(deps=["nope"]),
             "stage 'wheels' depends on unknown stage 'nope'",
         ),
-        ("demo", lambda d: d["stages"][1].update(kind="compile"), "stages[1:wheels].kind: Input should be"),
+        (
+            "demo",
+            lambda d: d["stages"][1].update(kind="compile"),
+            "stages[1:wheels].kind: expected one of analysis_report, batch_job",
+        ),
         (
             "demo",
             lambda d: d["stages"][1].update(timout=3),
@@ -100,7 +104,7 @@ def test_builtin_catalog_has_the_seed_values():
         (
             "demo",
             lambda d: d["stages"][1]["params"].update(builder="make"),
-            "params.builder: expected one of pip, container, bazel, got 'make'",
+            "stages[1:wheels]: params.builder: Input should be 'pip', 'container' or 'bazel' (got 'make')",
         ),
         (
             "demo",
@@ -115,7 +119,7 @@ def test_builtin_catalog_has_the_seed_values():
         (
             "tf_theta",
             lambda d: d["stages"][1]["params"]["bazel"].update(workspace="../elsewhere"),
-            "params.bazel.workspace: Value error, '../elsewhere': expected a path inside the checkout",
+            "stages[1:wheels]: params.bazel.workspace: '../elsewhere': expected a path inside the checkout",
         ),
         (
             "tf_theta",
@@ -125,12 +129,42 @@ def test_builtin_catalog_has_the_seed_values():
         (
             "jax_rocm_rbe",
             lambda d: d["stages"][1].update(params={}),
-            "params.image: an image_pull stage names its image",
+            "stages[1:build_image]: params.image: Field required",
         ),
         (
             "tf_theta",
             lambda d: d["stages"][1]["params"].update(repo="tf"),
             "builds from unknown repository 'tf'",
+        ),
+        (  # every key of a stage's params is typed: a typo fails when the catalog loads
+            "demo",
+            lambda d: d["stages"][1]["params"].update(sdsit=True),
+            "stages[1:wheels]: params.sdsit: Extra inputs are not permitted (got True)",
+        ),
+        (
+            "dynamo",
+            lambda d: d["stages"][2]["params"].update(role="base"),
+            "stages[2:runtime_image]: params.role: Input should be 'framework' or 'runtime' (got 'base')",
+        ),
+        (
+            "tf_theta",
+            lambda d: d["stages"][2]["params"].update(walltime_minutes="ten"),
+            "params.walltime_minutes: Input should be a valid number",
+        ),
+        (
+            "tf_theta",
+            lambda d: d["stages"][4]["params"]["grid"].update(nodes=[0]),
+            "stages[4:benchmark_sweep]: params.grid: benchmark_sweep grid.nodes: 0 is not a positive integer",
+        ),
+        (
+            "tpu",
+            lambda d: d["stages"][2].update(params={}),
+            "stages[2:benchmarks]: params: a benchmarks stage takes exactly one of 'command' or 'from_stage'",
+        ),
+        (
+            "tpu",
+            lambda d: d["stages"][2]["params"].update(from_stage="perf_baseline"),
+            "stage 'benchmarks' reads stage 'perf_baseline', which is not upstream of it",
         ),
         (
             "demo",  # a sample repository is made under NIGHTLY_HOME: never at a path of the YAML's choosing
@@ -165,6 +199,39 @@ def test_unknown_runner_names_the_stage_and_the_known_runners(catalog_copy):
         r"defines: .*gpu-l40-amd64",
     ):
         load_catalog(catalog_copy)
+
+
+@pytest.mark.parametrize(
+    ("pipeline", "change", "expected"),
+    [
+        (  # ruff runs on this host: a lint stage cannot name a docker runner
+            "torch_spyre",
+            lambda d: d["stages"][1].update(runner="spyre-aiu"),
+            "stage 'lint' (lint) cannot run on 'spyre-aiu' (docker); expected a runner of kind local",
+        ),
+        (  # the container builder needs a Docker engine
+            "demo",
+            lambda d: d["stages"][1]["params"].update(builder="container"),
+            "stage 'wheels' (wheels) cannot run on 'local' (local); expected a runner of kind docker",
+        ),
+        (  # VM settings pin a suite to a TPU VM
+            "dynamo",
+            lambda d: d["stages"][3].setdefault("params", {}).update(pip_args=["-q"]),
+            "dynamo.yaml: pipeline 'dynamo' stage 'tests_unit' (test_suite) cannot run on 'gpu-l40-amd64' "
+            "(docker); expected a runner of kind tpu_vm",
+        ),
+        (
+            "demo",
+            lambda d: d["stages"][-2].update(runner="local"),
+            "(night_summary) cannot run on 'local' (local); expected a runner of kind none",
+        ),
+    ],
+)
+def test_stage_on_a_runner_its_kind_cannot_use_is_refused_at_load(catalog_copy, pipeline, change, expected):
+    edit(catalog_copy, pipeline, change)
+    with pytest.raises(CatalogError) as error:
+        load_catalog(catalog_copy)
+    assert expected in str(error.value)
 
 
 def test_runner_map_must_cover_every_target_arch(catalog_copy):

@@ -1,4 +1,12 @@
-"""The whole code location loads, and its graph is the one the seeds describe."""
+"""The whole code location loads, and its graph keeps the rules every pipeline follows.
+
+What the graph holds (every asset, its deps, kinds, tags, partitions and checks, every job, schedule
+and sensor) is test_asset_snapshot.py's snapshot, data/asset_snapshot.yaml. Here: the invariants
+(every asset has its group, kinds, description and night x target partitions; checks are partitioned
+like their asset; each pipeline has its schedule, nightly and summary jobs; a schedule tick requests
+one run per target), spot checks of the seeds' lineage, pools and gates, and that the prod
+definitions load and their resources resolve.
+"""
 
 import datetime as dt
 
@@ -6,90 +14,18 @@ import dagster as dg
 import pytest
 
 from nightly_assets.definitions import build_definitions
-
-EXPECTED_STAGES = {
-    "demo": [
-        "sources",
-        "wheels",
-        "image",
-        "tests_unit",
-        "tests_integration",
-        "tests_e2e_gpu_1",
-        "tests_e2e_gpu_2",
-        "benchmarks",
-        "perf_baseline",
-        "night_summary",
-        "release",
-    ],
-    "jax_rocm_rbe": ["sources", "build_image", "wheels", "tests_multigpu", "night_summary"],
-    "jax_rocm_integration": ["sources", "wheels", "image", "tests_integration", "night_summary"],
-    "dynamo": [
-        "sources",
-        "framework_image",
-        "runtime_image",
-        "tests_unit",
-        "tests_integration",
-        "tests_e2e_gpu_1",
-        "tests_e2e_gpu_2",
-        "night_summary",
-    ],
-    "torch_spyre": [
-        "sources",
-        "lint",
-        "tests_unit",
-        "wheels",
-        "image",
-        "tests_device",
-        "tests_pytorch_in_scope",
-        "night_summary",
-        "publish_test_index",
-        "release",
-    ],
-    "tpu": ["sources", "tests_tpu", "benchmarks", "perf_baseline", "night_summary"],
-    "tf_theta": [
-        "sources",
-        "wheels",
-        "sanity_job",
-        "deploy",
-        "benchmark_sweep",
-        "analysis_report",
-        "night_summary",
-    ],
-}
-EXPECTED_TARGETS = {
-    "demo": ["cpu"],
-    "jax_rocm_rbe": ["rocm-mi300"],
-    "jax_rocm_integration": ["rocm-mi300"],
-    "dynamo": ["vllm-amd64", "vllm-arm64", "sglang-amd64", "sglang-arm64", "trtllm-amd64", "trtllm-arm64"],
-    "torch_spyre": ["pytorch-pinned", "pytorch-main"],
-    "tpu": ["v6e-1"],
-    "tf_theta": ["theta-knl"],
-}
-EXPECTED_CRON = {
-    "jax_rocm_rbe": "0 2 * * *",
-    "jax_rocm_integration": "0 2 * * *",
-    "dynamo": "0 8 * * *",
-    "tpu": "0 2 * * *",
-    "demo": "0 3 * * *",
-    "torch_spyre": "0 4 * * *",
-    "tf_theta": "0 5 * * *",
-}
+from nightly_assets_tests.test_asset_snapshot import clean_nightly_env
 
 
 @pytest.fixture(scope="module")
-def defs():
-    return build_definitions()
+def defs(tmp_path_factory):
+    with clean_nightly_env(tmp_path_factory.mktemp("definitions") / "nightly"):
+        yield build_definitions()
 
 
 @pytest.fixture(scope="module")
 def graph(defs):
     return defs.resolve_asset_graph()
-
-
-def test_every_pipeline_has_exactly_its_seed_stages(graph):
-    keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
-    expected = {f"{p}/{s}" for p, stages in EXPECTED_STAGES.items() for s in stages}
-    assert keys == expected
 
 
 def test_lineage_reads_like_the_seed_diagram(graph):
@@ -106,7 +42,7 @@ def test_lineage_reads_like_the_seed_diagram(graph):
     assert parents("torch_spyre/release") == {"torch_spyre/publish_test_index"}
 
 
-def test_assets_have_group_kinds_description_and_partitions(graph):
+def test_assets_have_group_kinds_description_and_partitions(defs, graph):
     for key in graph.get_all_asset_keys():
         node = graph.get(key)
         pipeline = key.path[0]
@@ -117,16 +53,18 @@ def test_assets_have_group_kinds_description_and_partitions(graph):
         assert set(dims) == {"night", "target"}
         assert isinstance(dims["night"], dg.DailyPartitionsDefinition)
         assert dims["night"].timezone == "UTC"
-        assert dims["target"].get_partition_keys() == EXPECTED_TARGETS[pipeline]
+        assert isinstance(dims["target"], dg.StaticPartitionsDefinition)
+        assert dims["target"].get_partition_keys(), key
+        # A night run of the pipeline's job materializes its stages for one night and one target.
+        assert node.partitions_def == defs.resolve_job_def(f"{pipeline}_nightly").partitions_def, key
 
 
 def test_checks_sit_where_the_gates_are(graph):
     checks = {(k.asset_key.to_user_string(), k.name) for k in graph.asset_check_keys}
-    for pipeline, stages in EXPECTED_STAGES.items():
-        for stage in stages:
-            if stage.startswith("tests_"):
-                assert (f"{pipeline}/{stage}", "tests_passed") in checks
-                assert (f"{pipeline}/{stage}", "test_count_stable") in checks
+    for key in graph.get_all_asset_keys():
+        if graph.get(key).tags["nightly/stage_kind"] == "test_suite":
+            assert (key.to_user_string(), "tests_passed") in checks
+            assert (key.to_user_string(), "test_count_stable") in checks
     assert ("demo/wheels", "wheel_metadata_valid") in checks
     assert ("demo/perf_baseline", "benchmarks_within_baseline") in checks
     assert ("tpu/perf_baseline", "benchmarks_within_baseline") in checks
@@ -145,35 +83,50 @@ def test_gpu_suites_hold_the_gpu_pool(graph):
     assert graph.get(dg.AssetKey(["jax_rocm_rbe", "wheels"])).pools == {"rbe"}
 
 
-def test_schedules_jobs_and_sensors(defs):
-    for pipeline, cron in EXPECTED_CRON.items():
+def test_a_suite_requires_only_the_resources_its_runners_use(graph):
+    """A demo suite never asks for TPU or Bazel settings; a TPU suite never for a Docker host."""
+
+    def used(key: str) -> set[str]:
+        node = graph.get(dg.AssetKey.from_user_string(key))
+        return set(node.assets_def.required_resource_keys) - {"io_manager"}
+
+    assert used("demo/tests_unit") == {"artefacts", "warehouse", "test_runner", "docker_pool", "registries"}
+    assert used("torch_spyre/tests_unit") == {"artefacts", "warehouse", "test_runner"}
+    assert used("tpu/tests_tpu") == {"artefacts", "warehouse", "tpu_vms"}
+    assert used("jax_rocm_rbe/tests_multigpu") == {"artefacts", "warehouse", "bazel_rbe"}
+
+
+def test_every_pipeline_has_its_schedule_and_jobs(defs, graph):
+    pipelines = {key.path[0] for key in graph.get_all_asset_keys()}
+    assert {s.name for s in defs.schedules} == {f"{p}_schedule" for p in pipelines}
+    for pipeline in pipelines:
         schedule = defs.resolve_schedule_def(f"{pipeline}_schedule")
-        assert schedule.cron_schedule == cron
+        assert schedule.job_name == f"{pipeline}_nightly"
         assert schedule.execution_timezone == "UTC"
-        assert defs.resolve_job_def(f"{pipeline}_nightly")
-        assert defs.resolve_job_def(f"{pipeline}_summary")
-    assert {s.name for s in defs.sensors} == {
-        "night_failure_alerts",
-        "night_check_alerts",
-        "night_cancelled",
-        "night_status_repair",
-        "tpu_pr_label",  # tier 3 of seed 003
-        "tpu_vm_sweeper",
-    }
+        nightly = defs.resolve_job_def(f"{pipeline}_nightly")
+        assert {k.path[0] for k in nightly.asset_layer.selected_asset_keys} == {pipeline}
+        summary = defs.resolve_job_def(f"{pipeline}_summary")
+        assert summary.asset_layer.selected_asset_keys == {dg.AssetKey([pipeline, "night_summary"])}
+    # Tier 3 of seed 003: the label sensor starts the PR job, an op job of its own.
     pr_job = defs.resolve_job_def("tpu_pr")
     assert [node.name for node in pr_job.nodes] == ["tpu_pr_tests"]
     assert defs.resolve_sensor_def("tpu_pr_label").job_name == "tpu_pr"
 
 
-def test_schedule_requests_one_run_per_target_for_the_night_that_ended(defs):
+def test_schedule_requests_one_run_per_target_for_the_night_that_ended(defs, graph):
+    targets = graph.get(dg.AssetKey(["dynamo", "sources"])).partitions_def.get_partitions_def_for_dimension(
+        "target"
+    )
     schedule = defs.resolve_schedule_def("dynamo_schedule")
     when = dt.datetime(2026, 11, 22, 8, 0, tzinfo=dt.UTC)
     with dg.build_schedule_context(
         scheduled_execution_time=when, repository_def=defs.get_repository_def()
     ) as context:
         requests = schedule.evaluate_tick(context).run_requests
-    assert [r.partition_key for r in requests] == [f"2026-11-21|{t}" for t in EXPECTED_TARGETS["dynamo"]]
-    assert len({r.run_key for r in requests}) == 6
+    keys = targets.get_partition_keys()
+    assert len(keys) == 6
+    assert [r.partition_key for r in requests] == [f"2026-11-21|{t}" for t in keys]
+    assert len({r.run_key for r in requests}) == len(keys)
 
 
 def test_checks_are_evaluated_per_night_and_target(graph):
@@ -183,7 +136,7 @@ def test_checks_are_evaluated_per_night_and_target(graph):
         assert spec.partitions_def == graph.get(check_key.asset_key).partitions_def, check_key
 
 
-def test_prod_definitions_load_and_their_resources_resolve(monkeypatch, tmp_path):
+def test_prod_definitions_load_and_their_resources_resolve(tmp_path):
     """NIGHTLY_ENV=prod: the code location loads with no secret set (they resolve per run), and with
     them set, the resources a run gets are Slack, the GCS artefact store and the warehouse URL."""
     from dagster_slack import SlackResource
@@ -192,23 +145,18 @@ def test_prod_definitions_load_and_their_resources_resolve(monkeypatch, tmp_path
     from nightly_assets.reporting.resources import SlackNotifierResource
     from nightly_assets.resources import resources_for
 
-    monkeypatch.setenv("NIGHTLY_ENV", "prod")
-    monkeypatch.setenv("NIGHTLY_HOME", str(tmp_path / "home"))
-    for name in ("NIGHTLY_WAREHOUSE_URL", "SLACK_BOT_TOKEN", "NIGHTLY_ARTEFACTS_BUCKET"):
-        monkeypatch.delenv(name, raising=False)
-    prod = build_definitions()
-    assert {s.name for s in prod.schedules if s.default_status == dg.DefaultScheduleStatus.RUNNING} == {
-        f"{p}_schedule" for p in EXPECTED_CRON
-    }
-    prod.resolve_all_job_defs()
+    with clean_nightly_env(tmp_path / "home", NIGHTLY_ENV="prod") as env:
+        prod = build_definitions()
+        assert all(s.default_status == dg.DefaultScheduleStatus.RUNNING for s in prod.schedules)
+        prod.resolve_all_job_defs()
 
-    monkeypatch.setenv("NIGHTLY_WAREHOUSE_URL", f"sqlite:///{tmp_path}/w.sqlite")
-    monkeypatch.setenv("SLACK_BOT_TOKEN", "xoxb-test-token")
-    monkeypatch.setenv("NIGHTLY_ARTEFACTS_BUCKET", "nightly-artefacts")
-    with dg.build_resources(resources_for("prod", tmp_path / "home")) as resources:
-        assert isinstance(resources.notifier, SlackNotifierResource)
-        assert isinstance(resources.notifier.slack, SlackResource)
-        assert resources.notifier.slack.token == "xoxb-test-token"
-        assert isinstance(resources.artefacts, GcsArtefactStoreResource)
-        assert resources.artefacts.bucket == "nightly-artefacts"
-        assert resources.warehouse.store().nights() == []
+        env.setenv("NIGHTLY_WAREHOUSE_URL", f"sqlite:///{tmp_path}/w.sqlite")
+        env.setenv("SLACK_BOT_TOKEN", "xoxb-test-token")
+        env.setenv("NIGHTLY_ARTEFACTS_BUCKET", "nightly-artefacts")
+        with dg.build_resources(resources_for("prod", tmp_path / "home")) as resources:
+            assert isinstance(resources.notifier, SlackNotifierResource)
+            assert isinstance(resources.notifier.slack, SlackResource)
+            assert resources.notifier.slack.token == "xoxb-test-token"
+            assert isinstance(resources.artefacts, GcsArtefactStoreResource)
+            assert resources.artefacts.bucket == "nightly-artefacts"
+            assert resources.warehouse.store().nights() == []

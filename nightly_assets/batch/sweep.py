@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import itertools
 import json
@@ -191,3 +192,12 @@ def _last_line(result: JobResult) -> str:
         if lines:
             return lines[-1][:300]
     return "(no output)"
+
+
+def row_to_json(row: SweepRow) -> dict[str, Any]:
+    """A row as the sweep stage's manifest keeps it (the report stage reads it back)."""
+    return {**dataclasses.asdict(row), "point": dataclasses.asdict(row.point)}
+
+
+def row_from_json(data: dict[str, Any]) -> SweepRow:
+    return SweepRow(**{**data, "point": SweepPoint(**data["point"])})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +52,11 @@ def load_catalog(directory: Path | None = None) -> Catalog:
     try:
         return Catalog(pools=pools, runners=runners, pipelines=pipelines)
     except ValidationError as exc:
-        raise CatalogError(f"{directory}: {_describe(exc)}") from None
+        # A cross-file error (a stage and its runner) is told against the pipeline's file.
+        message = _describe(exc).removeprefix("(document): ")
+        named = re.match(r"pipeline '(\w+)'", message)
+        where = directory / "pipelines" / f"{named.group(1)}.yaml" if named else directory
+        raise CatalogError(f"{where}: {message}") from None
 
 
 def _read_yaml(path: Path) -> Any:

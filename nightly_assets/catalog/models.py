@@ -12,38 +12,20 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     StringConstraints,
     ValidationError,
     field_validator,
     model_validator,
 )
 
+from nightly_assets.stage_kinds.spec import ORCHESTRATOR, RunnerKind, StageParams
+
 Identifier = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]*$", max_length=48)]
 TargetName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9._-]*$", max_length=48)]
 Arch = Literal["amd64", "arm64"]
 Cron = Annotated[str, StringConstraints(pattern=r"^\S+ \S+ \S+ \S+ \S+$")]
 
-# Every stage kind the orchestrator knows. Adding a stage to a pipeline is a YAML edit;
-# adding a kind is code (a builder in one of the domain folders).
-StageKind = Literal[
-    "sources",
-    "lint",
-    "wheels",
-    "environment",
-    "image_pull",
-    "docker_image",
-    "test_suite",
-    "benchmarks",
-    "benchmark_sweep",
-    "perf_baseline",
-    "batch_job",
-    "deploy",
-    "analysis_report",
-    "publish_wheels",
-    "promote_images",
-    "night_summary",
-]
-RunnerKind = Literal["local", "docker", "rbe", "tpu_vm", "batch"]
 RunnerRef = str | dict[Arch, str]  # one runner, or one per target architecture
 
 
@@ -129,9 +111,6 @@ class BazelBuild(StrictModel):
     bootstrap: BazelBootstrap | None = None
 
 
-WHEEL_BUILDERS = ("pip", "container", "bazel")
-
-
 class Suite(StrictModel):
     """A test suite: pytest markers (or Bazel targets), a timeout and the runner it needs."""
 
@@ -152,12 +131,22 @@ class Suite(StrictModel):
 
 class Stage(StrictModel):
     name: Identifier
-    kind: StageKind
+    kind: str  # a module of nightly_assets/stage_kinds
     description: str = Field(min_length=1, max_length=200)
     deps: list[Identifier] = Field(default_factory=list)
     runner: RunnerRef | None = None
     suite: Suite | None = None
     params: dict[str, Any] = Field(default_factory=dict)
+    _typed_params: StageParams | None = PrivateAttr(default=None)
+
+    @field_validator("kind")
+    @classmethod
+    def _known_kind(cls, kind: str) -> str:
+        from nightly_assets.stage_kinds import stage_kinds  # the kinds' builders import this module
+
+        if kind not in stage_kinds():
+            raise ValueError(f"expected one of {', '.join(stage_kinds())}")
+        return kind
 
     @model_validator(mode="after")
     def _suite_matches_kind(self) -> Stage:
@@ -169,30 +158,26 @@ class Stage(StrictModel):
 
     @model_validator(mode="after")
     def _params_of_kind(self) -> Stage:
-        if self.kind == "image_pull" and not str(self.params.get("image", "")).strip():
-            raise ValueError(
-                "params.image: an image_pull stage names its image, e.g. rocm/tensorflow-build:latest"
-            )
-        if self.kind == "wheels":
-            builder = self.params.get("builder", "pip")
-            if builder not in WHEEL_BUILDERS:
-                raise ValueError(
-                    f"params.builder: expected one of {', '.join(WHEEL_BUILDERS)}, got {builder!r}"
-                )
-            if (builder == "bazel") != ("bazel" in self.params):
-                raise ValueError("params.bazel: a 'bazel' block goes with builder: bazel, and only with it")
-            if builder == "bazel":
-                try:
-                    self.bazel_build()
-                except ValidationError as exc:  # name the field by its place in the stage
-                    first = exc.errors()[0]
-                    place = ".".join(str(part) for part in first["loc"])
-                    raise ValueError(f"params.bazel.{place}: {first['msg']}") from None
+        """Validate `params` with the kind's model, naming every bad field by its place."""
+        from nightly_assets.stage_kinds import stage_kind
+
+        try:
+            self._typed_params = stage_kind(self.kind).params.model_validate(self.params)
+        except ValidationError as exc:
+            raise ValueError("; ".join(_params_error(e) for e in exc.errors(include_url=False))) from None
         return self
 
-    def bazel_build(self) -> BazelBuild:
-        """The `params.bazel` block of a wheels stage built with Bazel."""
-        return BazelBuild.model_validate(self.params.get("bazel"))
+    @property
+    def typed_params(self) -> StageParams:
+        """`params` as the stage kind's model (validated when the catalog loaded)."""
+        assert self._typed_params is not None
+        return self._typed_params
+
+    def accepted_runners(self) -> frozenset[str]:
+        """The runner kinds this stage can run on (ORCHESTRATOR: it may name none)."""
+        from nightly_assets.stage_kinds import stage_kind
+
+        return stage_kind(self.kind).accepted_runners(self.typed_params)
 
     @property
     def runner_ref(self) -> RunnerRef | None:
@@ -270,11 +255,10 @@ class Pipeline(StrictModel):
                 raise ValueError(f"a pipeline has exactly one '{kind}' stage")
         _check_acyclic(self.stages)
         for stage in self.stages:
-            wanted = [str(stage.params["repo"])] if "repo" in stage.params else []
-            bazel_wheels = stage.kind == "wheels" and "bazel" in stage.params
-            bootstrap = stage.bazel_build().bootstrap if bazel_wheels else None
-            wanted += [bootstrap.repo] if bootstrap else []
-            for repo in wanted:
+            for ref in stage.typed_params.stage_refs():
+                if ref not in _upstream(self.stages, stage):
+                    raise ValueError(f"stage '{stage.name}' reads stage '{ref}', which is not upstream of it")
+            for repo in stage.typed_params.repositories():
                 if repo not in repos:
                     raise ValueError(f"stage '{stage.name}' builds from unknown repository {repo!r}")
         if self.github is not None and self.github.pr_label is not None:
@@ -324,6 +308,7 @@ class Catalog(StrictModel):
                             f"pipeline '{pipeline.name}' stage '{stage.name}' uses unknown runner "
                             f"'{runner}' (runners.yaml defines: {known})"
                         )
+                _check_runner_kinds(pipeline, stage, self.runners)
                 ref = stage.runner_ref
                 if isinstance(ref, dict) and not arches <= set(ref):
                     missing = ", ".join(sorted(arches - set(ref)))
@@ -342,12 +327,53 @@ class Catalog(StrictModel):
         return next((p for p in (self.runners[r].pool for r in stage.runner_names()) if p), None)
 
 
+def _check_runner_kinds(pipeline: Pipeline, stage: Stage, runners: dict[str, Runner]) -> None:
+    """A stage names only runners of kinds its kind (and params) can run on."""
+    accepted = stage.accepted_runners()
+    kinds = ", ".join(sorted(accepted - {ORCHESTRATOR})) or "none: it runs in the orchestrator"
+    where = f"pipeline '{pipeline.name}' stage '{stage.name}'"
+    if not stage.runner_names() and ORCHESTRATOR not in accepted and "local" not in accepted:
+        raise ValueError(f"{where} ({stage.kind}) names no runner; expected one of kind {kinds}")
+    for name in stage.runner_names():
+        if stage.suite and stage.suite.bazel and runners[name].kind == "tpu_vm":
+            raise ValueError(f"{where}: a Bazel suite runs through Bazel, not on '{name}' (tpu_vm)")
+        if runners[name].kind not in accepted:
+            raise ValueError(
+                f"{where} ({stage.kind}) cannot run on '{name}' ({runners[name].kind}); "
+                f"expected a runner of kind {kinds}"
+            )
+
+
+def _params_error(error: Any) -> str:
+    """One error of a params model as `params.<field>: <what is wrong> (got <value>)`; a check of the
+    whole block names its field first (`bazel: ...`)."""
+    place = ".".join(str(p) for p in error["loc"] if "[" not in str(p))  # skip validator wrappers
+    message = error["msg"].removeprefix("Value error, ")
+    got = error.get("input")
+    shown = "" if isinstance(got, dict | list) or got is None else f" (got {got!r})"
+    if not place and re.match(r"^[a-z_]+: ", message):
+        return f"params.{message}"
+    return f"params{'.' + place if place else ''}: {message}{shown}"
+
+
 def _unique(what: str, names: list[str]) -> None:
     seen: set[str] = set()
     for name in names:
         if name in seen:
             raise ValueError(f"{what}: '{name}' appears twice")
         seen.add(name)
+
+
+def _upstream(stages: list[Stage], stage: Stage) -> set[str]:
+    deps = {s.name: s.deps for s in stages}
+    seen: set[str] = set()
+    frontier = list(stage.deps)
+    while frontier:
+        name = frontier.pop()
+        if name not in seen and name in deps:
+            seen.add(name)
+            frontier.extend(deps[name])
+    return seen
 
 
 def _check_acyclic(stages: list[Stage]) -> None:

@@ -9,7 +9,7 @@ import datetime as dt
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 import docker  # type: ignore[import-untyped]
@@ -20,6 +20,9 @@ from nightly_assets.containers.engine import BuildResult, build_image, pull_imag
 from nightly_assets.containers.registry import RetentionResult, copy_image, expire_run_tags
 from nightly_assets.containers.resources import ContainerRegistriesResource, DockerRunnerPoolResource
 from nightly_assets.stages import StageRun, StageSpec
+
+if TYPE_CHECKING:  # the stage kind builds this class
+    from nightly_assets.stage_kinds.docker_image import DockerImageParams
 
 NIGHT_LABEL = "nightly.night"
 RUN_ID_CHARS = 8  # the short run id the Dagster UI shows
@@ -37,16 +40,13 @@ class ImageOutcome:
 @dataclass
 class ImageStage:
     spec: StageSpec
+    params: DockerImageParams
     run: StageRun
     label: str
     pool: DockerRunnerPoolResource
     registries: ContainerRegistriesResource
     log: Any
     run_id: str
-
-    @property
-    def params(self) -> dict[str, Any]:
-        return self.spec.stage.params
 
     def template_vars(self) -> dict[str, str]:
         target = self.run.target
@@ -59,7 +59,7 @@ class ImageStage:
         }
 
     def tag_templates(self) -> list[str]:
-        return self.params.get("tags") or ([self.params["tag"]] if "tag" in self.params else [])
+        return self.params.tags or ([self.params.tag] if self.params.tag else [])
 
     def tags(self) -> list[str]:
         return [t.format(**self.template_vars()) for t in self.tag_templates()]
@@ -101,7 +101,7 @@ class ImageStage:
             "digest": digest,
             "published": published,
             "primary_registry": primary,
-            "python": self.params.get("python", "python3"),
+            "python": self.params.python,
             "rootdir": recipes.WORKDIR,
             "build": {
                 "duration_s": round(built.duration_s, 3),
@@ -149,13 +149,13 @@ class ImageStage:
         arch = self.run.target.arch
         dest = self.run.workdir / "context"
         cache_from = [local_latest] if _exists(client, local_latest) else []
-        if "dockerfile" in self.params:
-            return recipes.repository_context(repo_root, self.params["dockerfile"], build_args), cache_from
-        if self.params.get("role", "runtime") == "framework":
+        if self.params.dockerfile is not None:
+            return recipes.repository_context(repo_root, self.params.dockerfile, build_args), cache_from
+        if self.params.role == "framework":
             for reference in self._published_references():
                 if pull_image(client, reference, self._auth_for(reference)):
                     cache_from.append(reference)
-            base_image = self.params.get("base_image", self.pool.base_image_for(arch)).format(**build_args)
+            base_image = (self.params.base_image or self.pool.base_image_for(arch)).format(**build_args)
             return recipes.framework_context(dest, base_image, build_args), cache_from
         from_image = self.pool.base_image_for(arch)
         if base is not None:
@@ -176,8 +176,8 @@ class ImageStage:
             needs_venv=base is None,
             wheels=wheels,
             repo_root=repo_root,
-            test_paths=list(self.params.get("tests", ["tests"])),
-            suites=list(self.params.get("suites", [])),
+            test_paths=list(self.params.tests),
+            suites=list(self.params.suites),
             labels=labels,
         )
         return context, cache_from
@@ -185,14 +185,14 @@ class ImageStage:
     @property
     def image_name(self) -> str:
         """The repository name in every registry (before the role's namespace)."""
-        return str(self.params.get("repository", self.spec.pipeline.name))
+        return self.params.repository or self.spec.pipeline.name
 
     def _repository(self, role: str) -> str:
         return self.registries.repository(role, self.image_name)
 
     def _published_references(self) -> list[str]:
         """Where last night's image of this stage was pushed under its stable tag (the cache)."""
-        push_to = self.params.get("push_to", [])
+        push_to = self.params.push_to
         if not push_to:
             return []
         stable = [t.format(**self.template_vars()) for t in self.tag_templates() if "{run_id}" not in t]
@@ -207,7 +207,7 @@ class ImageStage:
     def _publish(
         self, client: docker.DockerClient, built: BuildResult
     ) -> tuple[dict[str, list[str]], str, int]:
-        push_to: list[str] = list(self.params.get("push_to", []))
+        push_to = list(self.params.push_to)
         if not push_to:
             return {}, "", 0
         tags = self.tags()
@@ -247,7 +247,7 @@ class ImageStage:
         patterns = [re.escape(t.format(**variables)).replace("\0", "[0-9a-f]+") for t in run_templates]
         cutoff = self.run.key.night - dt.timedelta(days=self.spec.pipeline.retention_days)
         results = {}
-        for role in self.params.get("push_to", []):
+        for role in self.params.push_to:
             results[role] = expire_run_tags(
                 self.registries.registry(role),
                 self._repository(role),

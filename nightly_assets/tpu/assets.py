@@ -10,7 +10,7 @@ from nightly_assets.stages import StageRun, StageSpec
 from nightly_assets.tpu import checks as tpu_checks
 from nightly_assets.tpu.nodes import TpuApiError
 from nightly_assets.tpu.resources import TpuVmResource, recently_ended_run_ids
-from nightly_assets.tpu.stage import TpuStageParams, run_suite_on_vm
+from nightly_assets.tpu.stage import TpuSuiteParams, run_suite_on_vm
 from nightly_assets.warehouse.store import MachineCost, Warehouse
 
 
@@ -25,7 +25,7 @@ def run_tpu_suite_stage(
     """Run the stage's suite on a TPU VM; the cost is recorded even when the run fails."""
     suite = spec.stage.suite
     assert suite is not None
-    params = TpuStageParams.parse(spec.stage.name, spec.stage.params)
+    params = spec.params(TpuSuiteParams)
     pinned = spec.pinned_repo(artefacts, run.key)
 
     def record(cost: MachineCost) -> None:

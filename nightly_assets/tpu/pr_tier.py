@@ -18,8 +18,9 @@ from nightly_assets.github.client import GitHubError
 from nightly_assets.github.resources import GitHubResource
 from nightly_assets.results import NightKey, TestReport
 from nightly_assets.sources.resources import GitSourcesResource
+from nightly_assets.stage_kinds.test_suite import TestSuiteParams
 from nightly_assets.tpu.resources import TpuVmResource
-from nightly_assets.tpu.stage import TpuRunEnded, TpuStageParams, run_suite_on_vm
+from nightly_assets.tpu.stage import TpuRunEnded, run_suite_on_vm
 from nightly_assets.warehouse.resources import WarehouseResource
 from nightly_assets.warehouse.store import MachineCost
 
@@ -55,7 +56,8 @@ def build_pr_job(pipeline: Pipeline, pool: str | None) -> dg.JobDefinition:
     stage = pipeline.pr_stage()
     suite = stage.suite
     assert suite is not None
-    params = TpuStageParams.parse(stage.name, stage.params)
+    params = stage.typed_params
+    assert isinstance(params, TestSuiteParams)  # the catalog validated it as a test suite
     repo = next(r for r in pipeline.repositories if r.name == (params.repo or pipeline.repositories[0].name))
     target = pipeline.targets[0]
     context_name = status_context(pipeline)

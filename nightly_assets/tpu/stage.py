@@ -12,13 +12,13 @@ import tarfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field
 
 from nightly_assets.catalog.models import Suite, Target
 from nightly_assets.interrupts import deferred_interrupts
 from nightly_assets.results import TestReport
+from nightly_assets.stage_kinds.spec import StageParams
 from nightly_assets.testing.junit import parse_junit
 from nightly_assets.testing.resources import PYTEST_USABLE_EXIT_CODES, TestRunError
 from nightly_assets.tpu.models import TpuRunOutcome, TpuSuite, TpuTarget
@@ -29,25 +29,14 @@ REMOTE_SCRIPT = Path(__file__).with_name("remote_suite.py")
 _SKIP_DIRS = {".git", ".venv", "__pycache__", ".pytest_cache", "bazel-out"}
 
 
-class TpuStageParams(BaseModel):
-    """The stage's `params` for a suite on a TPU VM (pipelines/tpu.yaml)."""
-
-    model_config = ConfigDict(extra="forbid")
+class TpuSuiteParams(StageParams):
+    """A test_suite stage's `params` that only a TPU VM takes (pipelines/tpu.yaml)."""
 
     python: str = Field(default="python3", min_length=1, description="the VM's Python")
     venv: bool = Field(default=True, description="run in a fresh venv (with the image's site packages)")
     install: bool = Field(default=True, description="pip install -e the checkout first")
     pip_args: list[str] = Field(default_factory=list, description="extra `pip install` arguments")
     timing_file: str = Field(default="test_timing.json", description="the timing JSON the suite writes")
-    repo: str | None = None  # which repository (StageSpec.checkout); the first by default
-
-    @classmethod
-    def parse(cls, stage: str, params: dict[str, Any]) -> TpuStageParams:
-        try:
-            return cls.model_validate(params)
-        except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-            raise ValueError(f"stage '{stage}': bad params for a TPU VM suite: {problems}") from None
 
 
 class TpuRunEnded(RuntimeError):
@@ -90,7 +79,7 @@ def pack_checkout(checkout: Path, tarball: Path) -> Path:
 
 def suite_for(
     suite: Suite,
-    params: TpuStageParams,
+    params: TpuSuiteParams,
     target: Target,
     tarball: Path,
     commit: str,
@@ -116,7 +105,7 @@ def run_suite_on_vm(
     *,
     name: str,
     suite: Suite,
-    params: TpuStageParams,
+    params: TpuSuiteParams,
     target: Target,
     checkout: Path,
     commit: str,

@@ -5,6 +5,7 @@ import dagster as dg
 from nightly_assets.artefacts.resources import ArtefactStoreResource
 from nightly_assets.partitions import night_end
 from nightly_assets.sources.resources import GitSourcesResource
+from nightly_assets.stage_kinds.spec import ORCHESTRATOR, NoParams, StageKind
 from nightly_assets.stages import StageSpec, recorded_stage
 from nightly_assets.warehouse.resources import WarehouseResource
 
@@ -75,3 +76,8 @@ def build_sources_asset(spec: StageSpec) -> dg.AssetsDefinition:
         )
 
     return _sources
+
+
+KIND = StageKind(
+    "sources", NoParams, build_sources_asset, frozenset({"git"}), frozenset({ORCHESTRATOR, "local"})
+)

@@ -1,26 +1,57 @@
-"""Build stages: wheels (and sdists) from the pinned sources, and a fresh environment with them."""
+"""The wheels stage: wheels (and sdists) from the pinned sources, with pip, in a container or with Bazel."""
 
 import hashlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, Self
 
 import dagster as dg
+from pydantic import model_validator
 
 from nightly_assets.artefacts.resources import ArtefactStoreResource
 from nightly_assets.builds import checks
 from nightly_assets.builds.resources import PythonBuildResource
+from nightly_assets.catalog.models import BazelBuild
 from nightly_assets.containers.resources import DockerRunnerPoolResource
 from nightly_assets.containers.wheels import build_wheels_in_container
 from nightly_assets.rbe.resources import BazelRbeResource
-from nightly_assets.remote.pending import StageNotAvailable, require_local_runner
+from nightly_assets.stage_kinds.spec import RepoParams, StageKind
 from nightly_assets.stages import StageRun, StageSpec, recorded_stage, stage_events
 from nightly_assets.warehouse.resources import WarehouseResource
 
+# Where each builder can run: pip on this host, a container on a docker runner, Bazel through
+# remote execution (rbe) or on this host (local, or a batch machine's build host as Theta's was).
+BUILDER_RUNNERS: dict[str, frozenset[str]] = {
+    "pip": frozenset({"local"}),
+    "container": frozenset({"docker"}),
+    "bazel": frozenset({"rbe", "local", "batch"}),
+}
+
+
+class WheelsParams(RepoParams):
+    builder: Literal["pip", "container", "bazel"] = "pip"
+    sdist: bool = False  # an sdist beside the wheels
+    builder_image: str | None = None  # container builder: the image (default the runner pool's base)
+    builder_python: str = "python3"  # container builder: the image's Python
+    bazel: BazelBuild | None = None  # Bazel builder: what to build
+
+    @model_validator(mode="after")
+    def _bazel_with_bazel(self) -> Self:
+        if (self.builder == "bazel") != (self.bazel is not None):
+            raise ValueError("bazel: a 'bazel' block goes with builder: bazel, and only with it")
+        return self
+
+    def repositories(self) -> list[str]:
+        bootstrap = self.bazel.bootstrap if self.bazel else None
+        return super().repositories() + ([bootstrap.repo] if bootstrap else [])
+
+    def runner_kinds(self, accepted: frozenset[str]) -> frozenset[str]:
+        return accepted & BUILDER_RUNNERS[self.builder]
+
 
 def build_wheels_asset(spec: StageSpec) -> dg.AssetsDefinition:
-    params = spec.stage.params
-    builder_kind = params.get("builder", "pip")
+    params = spec.params(WheelsParams)
+    builder_kind = params.builder
 
     @dg.asset(**spec.asset_args(check_specs=checks.wheel_check_specs(spec.key)))
     def _wheels(
@@ -41,9 +72,8 @@ def build_wheels_asset(spec: StageSpec) -> dg.AssetsDefinition:
             elif builder_kind == "bazel":
                 wheels, extra = _build_with_bazel(context, run, spec, artefacts, bazel_rbe, src, out)
             else:
-                require_local_runner(spec, run)
                 wheels = builder.build_wheels(src, out, run.workdir / "build.log")
-            sdists = builder.build_sdist(src, out, run.workdir / "sdist.log") if params.get("sdist") else []
+            sdists = builder.build_sdist(src, out, run.workdir / "sdist.log") if params.sdist else []
             files = [*wheels, *sdists]
             run.manifest["wheels"] = [str(w) for w in wheels]
             run.manifest["sdists"] = [str(s) for s in sdists]
@@ -66,45 +96,17 @@ def build_wheels_asset(spec: StageSpec) -> dg.AssetsDefinition:
     return _wheels
 
 
-def build_environment_asset(spec: StageSpec) -> dg.AssetsDefinition:
-    wheels_stage = spec.upstream_stage("wheels")
-
-    @dg.asset(**spec.asset_args())
-    def _environment(
-        context: dg.AssetExecutionContext,
-        builder: PythonBuildResource,
-        artefacts: ArtefactStoreResource,
-        warehouse: WarehouseResource,
-    ) -> dg.MaterializeResult:
-        """A fresh virtual environment with only the night's wheels installed."""
-        with recorded_stage(context, spec, artefacts, warehouse) as run:
-            require_local_runner(spec, run)
-            wheels = [Path(w) for w in artefacts.read_manifest(run.key, str(wheels_stage))["wheels"]]
-            python = builder.create_environment(run.workdir / "venv", wheels, run.workdir / "install.log")
-            run.manifest["python"] = str(python)
-            run.manifest["installed"] = [w.name for w in wheels]
-            run.detail = f"{len(wheels)} wheel(s) installed"
-            context.log.info(f"environment ready: {python}")
-        return dg.MaterializeResult(
-            metadata={"python": str(python), "installed": ", ".join(w.name for w in wheels)}
-        )
-
-    return _environment
-
-
 def _build_in_container(
     context: dg.AssetExecutionContext,
     run: StageRun,
     pool: DockerRunnerPoolResource,
     src: Path,
     out: Path,
-    params: dict[str, Any],
+    params: WheelsParams,
 ) -> tuple[list[Path], dict[str, Any]]:
     """Wheels from a fresh container of the builder image on the stage runner's Docker host, and
     what built them (image, id, platform, duration) for the manifest and metadata."""
-    if run.runner is None or run.runner.kind != "docker":
-        raise StageNotAvailable(f"the container builder needs a docker runner, not '{run.runner_name}'")
-    image = str(params.get("builder_image", pool.base_image_for(run.target.arch)))
+    image = params.builder_image or pool.base_image_for(run.target.arch)
     platform = pool.platform_for(run.runner_name, run.target.arch)
     client = pool.client(run.runner_name)
     context.log.info(f"building wheels of {src.name} in {image} ({platform}) on '{run.runner_name}'")
@@ -112,7 +114,7 @@ def _build_in_container(
         built = build_wheels_in_container(
             client,
             image=image,
-            python=str(params.get("builder_python", "python3")),
+            python=params.builder_python,
             src=src,
             out=out,
             log=run.workdir / "build.log",
@@ -142,12 +144,8 @@ def _build_with_bazel(
     runner (a local build when it does not answer), on the orchestrator's host for a local or
     batch runner (for Theta, a host beside the batch machine, as its Jenkins agent was)."""
     kind = run.runner.kind if run.runner is not None else "local"
-    if kind not in ("rbe", "local", "batch"):
-        raise StageNotAvailable(
-            f"{spec.key.to_user_string()}: the Bazel builder runs through RBE or on this host, "
-            f"not on '{run.runner_name}' ({kind})"
-        )
-    build = spec.stage.bazel_build()
+    build = spec.params(WheelsParams).bazel
+    assert build is not None  # the params model requires it with builder: bazel
     bazel: str | None = None
     if build.bootstrap is not None:
         pinned = spec.pinned_repo(artefacts, run.key, build.bootstrap.repo)
@@ -180,3 +178,12 @@ def _build_with_bazel(
 
 def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+KIND = StageKind(
+    "wheels",
+    WheelsParams,
+    build_wheels_asset,
+    frozenset({"python", "wheel"}),
+    frozenset({"local", "docker", "rbe", "batch"}),
+)

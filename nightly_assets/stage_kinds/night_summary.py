@@ -8,6 +8,7 @@ from nightly_assets.github.client import GitHubError
 from nightly_assets.github.resources import GitHubResource
 from nightly_assets.reporting.summary import night_summary
 from nightly_assets.results import NightKey
+from nightly_assets.stage_kinds.spec import ORCHESTRATOR, NoParams, StageKind
 from nightly_assets.stages import StageSpec, recorded_stage
 from nightly_assets.warehouse.resources import WarehouseResource
 
@@ -60,6 +61,11 @@ def build_night_summary_asset(spec: StageSpec) -> dg.AssetsDefinition:
         )
 
     return _night_summary
+
+
+KIND = StageKind(
+    "night_summary", NoParams, build_night_summary_asset, frozenset({"markdown"}), frozenset({ORCHESTRATOR})
+)
 
 
 def _report_failure(

@@ -3,16 +3,21 @@
 import json
 import sys
 from collections.abc import Iterator
+from typing import Literal
 
 import dagster as dg
 
 from nightly_assets.artefacts.resources import ArtefactStoreResource
 from nightly_assets.process import run_command
-from nightly_assets.remote.pending import require_local_runner
+from nightly_assets.stage_kinds.spec import ORCHESTRATOR, RepoParams, StageKind
 from nightly_assets.stages import StageSpec, recorded_stage, stage_events
 from nightly_assets.warehouse.resources import WarehouseResource
 
 LINT_CLEAN = "lint_clean"
+
+
+class LintParams(RepoParams):
+    tool: Literal["ruff"] = "ruff"  # the linter; ruff is the one this stage knows
 
 
 def build_lint_asset(spec: StageSpec) -> dg.AssetsDefinition:
@@ -29,7 +34,6 @@ def build_lint_asset(spec: StageSpec) -> dg.AssetsDefinition:
     ) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
         """ruff findings for the night's pinned checkout."""
         with recorded_stage(context, spec, artefacts, warehouse) as run:
-            require_local_runner(spec, run)
             src = spec.checkout(artefacts, run.key)
             result = run_command(
                 [sys.executable, "-m", "ruff", "check", "--output-format", "json", "--exit-zero", "."],
@@ -58,3 +62,8 @@ def build_lint_asset(spec: StageSpec) -> dg.AssetsDefinition:
         yield from stage_events(run, {"findings": len(findings)})
 
     return _lint
+
+
+KIND = StageKind(
+    "lint", LintParams, build_lint_asset, frozenset({"python", "ruff"}), frozenset({ORCHESTRATOR, "local"})
+)

@@ -1,25 +1,42 @@
-"""Test suite stages: run a suite by markers where the catalog says, parse JUnit, record, check."""
+"""The test_suite stage: a suite by markers (or Bazel targets) where the catalog says, JUnit parsed,
+recorded and checked."""
 
 from collections.abc import Iterator
 from pathlib import Path
 
 import dagster as dg
+from pydantic import Field
 
 from nightly_assets.artefacts.resources import ArtefactStoreResource
 from nightly_assets.catalog.models import Suite
 from nightly_assets.containers.resources import ContainerRegistriesResource, DockerRunnerPoolResource
 from nightly_assets.containers.suites import run_in_image, runs_in_image, visible_gpus
 from nightly_assets.rbe.resources import BazelRbeResource
-from nightly_assets.remote.pending import require_local_runner
 from nightly_assets.results import TestReport
-from nightly_assets.stages import StageRun, StageSpec, recorded_stage, stage_events
+from nightly_assets.stage_kinds.spec import RepoParams, StageKind
+from nightly_assets.stages import StageRun, StageSpec, recorded_stage, require_local_runner, stage_events
 from nightly_assets.testing import checks
 from nightly_assets.testing.junit import parse_collect_only, parse_junit, report_metadata
 from nightly_assets.testing.resources import PYTEST_USABLE_EXIT_CODES, LocalTestRunnerResource, TestRunError
 from nightly_assets.tpu import checks as tpu_checks
 from nightly_assets.tpu.assets import run_tpu_suite_stage
-from nightly_assets.tpu.resources import TpuVmResource
+from nightly_assets.tpu.stage import TpuSuiteParams
 from nightly_assets.warehouse.resources import WarehouseResource
+
+
+class TestSuiteParams(RepoParams, TpuSuiteParams):
+    __test__ = False  # not a pytest class
+
+    env: dict[str, str] = Field(default_factory=dict)  # in the image; {arch}, {target}, target params
+    workspace: str = ""  # a Bazel suite's workspace folder inside the checkout
+
+    def runner_kinds(self, accepted: frozenset[str]) -> frozenset[str]:
+        # Settings that only one runner kind reads pin the stage to it.
+        if self.model_fields_set & set(TpuSuiteParams.model_fields):
+            return accepted & {"tpu_vm"}
+        if self.env:
+            return accepted & {"docker"}
+        return accepted
 
 
 def build_test_suite_asset(spec: StageSpec) -> dg.AssetsDefinition:
@@ -31,41 +48,43 @@ def build_test_suite_asset(spec: StageSpec) -> dg.AssetsDefinition:
     budget = thresholds.cost_budget_usd if on_tpu_vm else None
 
     @dg.asset(
+        required_resource_keys=_resources_used(spec, env_stage),
         **spec.asset_args(
             check_specs=[
                 *checks.test_report_check_specs(spec.key, thresholds.test_count_drop_pct),
                 *tpu_checks.cost_check_specs(spec.key, budget),
                 *(tpu_checks.vm_check_specs(spec.key) if on_tpu_vm else []),
             ]
-        )
+        ),
     )
     def _test_report(
         context: dg.AssetExecutionContext,
-        artefacts: ArtefactStoreResource,
-        warehouse: WarehouseResource,
-        test_runner: LocalTestRunnerResource,
-        docker_pool: DockerRunnerPoolResource,
-        registries: ContainerRegistriesResource,
-        bazel_rbe: BazelRbeResource,
-        tpu_vms: TpuVmResource,
     ) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
         """JUnit report of one test suite for one night and target."""
+        artefacts: ArtefactStoreResource = context.resources.artefacts
+        warehouse: WarehouseResource = context.resources.warehouse
         extra: dict[str, object] = {}
         with recorded_stage(context, spec, artefacts, warehouse) as run:
             environment = artefacts.read_manifest(run.key, env_stage) if env_stage else {}
             if run.runner is not None and run.runner.kind == "tpu_vm":
                 report, extra, cost = run_tpu_suite_stage(
-                    context, run, spec, artefacts, warehouse.store(), tpu_vms
+                    context, run, spec, artefacts, warehouse.store(), context.resources.tpu_vms
                 )
                 if budget is not None:
                     run.checks.append(tpu_checks.cost_within_budget(spec.key, cost, budget))
             elif suite.bazel is not None:
-                report, extra = _run_bazel_suite(context, run, suite, spec, artefacts, bazel_rbe)
+                report, extra = _run_bazel_suite(
+                    context, run, suite, spec, artefacts, context.resources.bazel_rbe
+                )
             elif runs_in_image(environment):
-                report = _run_suite_in_image(context, run, suite, spec, environment, docker_pool, registries)
+                resources = context.resources
+                report = _run_suite_in_image(
+                    context, run, suite, spec, environment, resources.docker_pool, resources.registries
+                )
             else:
-                require_local_runner(spec, run)
+                require_local_runner(spec, run, "a suite outside an image")
                 rootdir = spec.checkout(artefacts, run.key)
+                test_runner = context.resources.test_runner
                 report = _run_suite(context, run, suite, spec.stage.name, test_runner, environment, rootdir)
             store = warehouse.store()
             previous = store.previous_suite_total(run.key, spec.stage.name)
@@ -90,6 +109,24 @@ def build_test_suite_asset(spec: StageSpec) -> dg.AssetsDefinition:
     return _test_report
 
 
+def _resources_used(spec: StageSpec, env_stage: str | None) -> set[str]:
+    """The resources the stage's runners use: a demo suite never asks for TPU or Bazel settings."""
+    suite = spec.stage.suite
+    assert suite is not None
+    kinds = spec.catalog.runner_kinds(spec.stage)
+    used = {"artefacts", "warehouse"}
+    if "tpu_vm" in kinds:
+        used.add("tpu_vms")
+    if kinds - {"tpu_vm"}:
+        if suite.bazel is not None:
+            used.add("bazel_rbe")
+        else:
+            used.add("test_runner")  # on this host, or in the image stage's virtualenv stand-in
+            if env_stage is not None and spec.pipeline.stage(env_stage).kind == "docker_image":
+                used |= {"docker_pool", "registries"}
+    return used
+
+
 def _run_bazel_suite(
     context: dg.AssetExecutionContext,
     run: StageRun,
@@ -100,7 +137,7 @@ def _run_bazel_suite(
 ) -> tuple[TestReport, dict[str, object]]:
     """`bazel test` of the checkout through the RBE resource (a local build when RBE is down)."""
     assert suite.bazel is not None
-    workspace = spec.checkout(artefacts, run.key) / str(spec.stage.params.get("workspace", ""))
+    workspace = spec.checkout(artefacts, run.key) / spec.params(TestSuiteParams).workspace
     result = bazel_rbe.run_tests(
         workspace,
         suite.bazel,
@@ -171,7 +208,7 @@ def _run_suite_in_image(
     gpus = visible_gpus(pool, run)
     markers, collect_only = _selection(suite, run, gpus)
     variables = {"arch": run.target.arch, "target": run.target.name, **run.target.params}
-    env = {k: str(v).format(**variables) for k, v in spec.stage.params.get("env", {}).items()}
+    env = {k: str(v).format(**variables) for k, v in spec.params(TestSuiteParams).env.items()}
     env["NIGHTLY_EXPECTED_DEVICES"] = str(run.target.devices)
     context.log.info(
         f"{name}: {'collect-only' if collect_only else 'pytest'} -m {markers!r} in the image "
@@ -206,3 +243,12 @@ def _run_suite_in_image(
         report = parse_junit(result.out_dir / "junit.xml", name, run.runner_name)
     context.log.info(f"{name}: {report.counts()}")
     return report
+
+
+KIND = StageKind(
+    "test_suite",
+    TestSuiteParams,
+    build_test_suite_asset,
+    frozenset({"pytest", "junit"}),
+    frozenset({"local", "docker", "rbe", "tpu_vm"}),
+)

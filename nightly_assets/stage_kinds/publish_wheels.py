@@ -1,4 +1,4 @@
-"""Release stages: publish the night's packages once every blocking check upstream passed."""
+"""The publish_wheels stage: the night's packages published once every blocking check upstream passed."""
 
 from pathlib import Path
 
@@ -6,16 +6,21 @@ import dagster as dg
 
 from nightly_assets.artefacts.resources import ArtefactStoreResource
 from nightly_assets.release.resources import LocalPackageIndexResource
-from nightly_assets.remote.pending import StageNotAvailable
-from nightly_assets.stages import StageSpec, recorded_stage
+from nightly_assets.stage_kinds.spec import ORCHESTRATOR, StageKind, StageParams
+from nightly_assets.stages import StageNotAvailable, StageSpec, recorded_stage
 from nightly_assets.warehouse.resources import WarehouseResource
 
 RELEASE_TAG = "nightly/release"
 
 
+class PublishWheelsParams(StageParams):
+    index: str = "local"  # the package index; "local" is the one this deployment serves
+    only_on_release: bool = False  # publish only in runs tagged nightly/release=true
+
+
 def build_publish_wheels_asset(spec: StageSpec) -> dg.AssetsDefinition:
     wheels_stage = spec.upstream_stage("wheels")
-    params = spec.stage.params
+    params = spec.params(PublishWheelsParams)
 
     @dg.asset(**spec.asset_args())
     def _publish(
@@ -26,12 +31,12 @@ def build_publish_wheels_asset(spec: StageSpec) -> dg.AssetsDefinition:
     ) -> dg.MaterializeResult:
         """The night's wheels and sdists, published to the package index."""
         with recorded_stage(context, spec, artefacts, warehouse) as run:
-            if params.get("only_on_release") and context.run.tags.get(RELEASE_TAG) != "true":
+            if params.only_on_release and context.run.tags.get(RELEASE_TAG) != "true":
                 run.detail = "not a release run; nothing published"
                 return dg.MaterializeResult(metadata={"published": 0, "reason": run.detail})
-            if params.get("index", "local") != "local":
+            if params.index != "local":
                 raise StageNotAvailable(
-                    f"{spec.key.to_user_string()}: uploading to the '{params['index']}' index needs the "
+                    f"{spec.key.to_user_string()}: uploading to the '{params.index}' index needs the "
                     "package index resource (twine against pypiserver), not in this deployment yet"
                 )
             manifest = artefacts.read_manifest(run.key, str(wheels_stage))
@@ -45,3 +50,12 @@ def build_publish_wheels_asset(spec: StageSpec) -> dg.AssetsDefinition:
         )
 
     return _publish
+
+
+KIND = StageKind(
+    "publish_wheels",
+    PublishWheelsParams,
+    build_publish_wheels_asset,
+    frozenset({"pypi"}),
+    frozenset({ORCHESTRATOR}),
+)

@@ -1,28 +1,46 @@
-"""Image stages: the framework image (cached from last night) and the runtime image with the night's
-wheels and tests, pushed with seed 001's tags to the registry roles, or a virtualenv instead where
-the stage allows it and no engine answers (the demo on a machine without Docker)."""
+"""The docker_image stage: the framework image (cached from last night) or the runtime image with the
+night's wheels and tests, pushed with seed 001's tags to the registry roles, or a virtualenv instead
+where the stage allows it and no engine answers (the demo on a machine without Docker)."""
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import dagster as dg
+from pydantic import Field
 
 from nightly_assets.artefacts.resources import ArtefactStoreResource
 from nightly_assets.builds.resources import PythonBuildResource
 from nightly_assets.containers import checks
-from nightly_assets.containers.engine import pull_pinned_image, reference_registry
 from nightly_assets.containers.images import ImageStage
 from nightly_assets.containers.resources import ContainerRegistriesResource, DockerRunnerPoolResource
-from nightly_assets.remote.pending import StageNotAvailable
+from nightly_assets.stage_kinds.spec import RepoParams, StageKind
 from nightly_assets.stages import StageSpec, recorded_stage, stage_events
 from nightly_assets.warehouse.resources import WarehouseResource
 
 
+class DockerImageParams(RepoParams):
+    role: Literal["framework", "runtime"] = "runtime"  # framework: base, cached; runtime: wheels + tests
+    install_wheels: bool = False  # the nearest upstream wheels stage's wheels go into the image
+    tests: list[str] = Field(default_factory=lambda: ["tests"])  # checkout paths copied in for pytest
+    suites: list[str] = Field(default_factory=list)  # packaged suites (nightly_assets/suites) copied in
+    fallback: Literal["venv"] | None = None  # venv: a virtualenv when no Docker engine answers
+    push_to: list[str] = Field(default_factory=list)  # registry roles, the first is primary
+    tag: str | None = None  # one tag template ({night}, {run_id}, {arch}, target params...)
+    tags: list[str] = Field(default_factory=list)  # several tag templates
+    python: str = "python3"  # the image's Python, for the suites run in it
+    dockerfile: str | None = None  # build the repository's own Dockerfile instead of a recipe
+    base_image: str | None = None  # framework role: FROM (default the runner pool's base image)
+    repository: str | None = None  # the image's name in every registry (default the pipeline's)
+
+    def tag_templates(self) -> list[str]:
+        return self.tags or ([self.tag] if self.tag else [])
+
+
 def build_docker_image_asset(spec: StageSpec) -> dg.AssetsDefinition:
-    params = spec.stage.params
-    push_to: list[str] = list(params.get("push_to", []))
-    wheels_stage = spec.upstream_stage("wheels") if params.get("install_wheels") else None
+    params = spec.params(DockerImageParams)
+    push_to = list(params.push_to)
+    wheels_stage = spec.upstream_stage("wheels") if params.install_wheels else None
     base_stage = spec.upstream_stage("docker_image")
 
     @dg.asset(**spec.asset_args(check_specs=checks.image_check_specs(spec.key, push_to)))
@@ -39,9 +57,7 @@ def build_docker_image_asset(spec: StageSpec) -> dg.AssetsDefinition:
             label = run.runner_name if run.runner is not None else "local"
             wheels = _wheels(artefacts, run.key, wheels_stage)
             unavailable = (
-                docker_pool.unavailable_reason(label, run.target.arch)
-                if params.get("fallback") == "venv"
-                else None
+                docker_pool.unavailable_reason(label, run.target.arch) if params.fallback == "venv" else None
             )
             if unavailable:
                 context.log.warning(f"{unavailable}: installing into a virtualenv instead")
@@ -57,6 +73,7 @@ def build_docker_image_asset(spec: StageSpec) -> dg.AssetsDefinition:
             else:
                 stage = ImageStage(
                     spec=spec,
+                    params=params,
                     run=run,
                     label=label,
                     pool=docker_pool,
@@ -80,63 +97,16 @@ def build_docker_image_asset(spec: StageSpec) -> dg.AssetsDefinition:
     return _image
 
 
-def build_image_pull_asset(spec: StageSpec) -> dg.AssetsDefinition:
-    reference = str(spec.stage.params.get("image", ""))
-
-    @dg.asset(**spec.asset_args())
-    def _pulled(
-        context: dg.AssetExecutionContext,
-        docker_pool: DockerRunnerPoolResource,
-        registries: ContainerRegistriesResource,
-        artefacts: ArtefactStoreResource,
-        warehouse: WarehouseResource,
-    ) -> dg.MaterializeResult:
-        """A pre-built image pulled onto the stage runner's Docker host, pinned by its digest."""
-        with recorded_stage(context, spec, artefacts, warehouse) as run:
-            if run.runner is None or run.runner.kind != "docker":
-                raise StageNotAvailable(
-                    f"{spec.key.to_user_string()}: an image is pulled onto a docker runner, "
-                    f"not '{run.runner_name}'"
-                )
-            host = reference_registry(reference)
-            role = next((r for r in registries.roles() if registries.host(r) == host), None)
-            platform = docker_pool.platform_for(run.runner_name, run.target.arch)
-            context.log.info(f"pulling {reference} ({platform}) on '{run.runner_name}'")
-            client = docker_pool.client(run.runner_name)
-            try:
-                pulled = pull_pinned_image(
-                    client,
-                    reference,
-                    registries.engine_auth(role) if role else None,
-                    platform=platform,
-                    retries=docker_pool.push_retries,
-                )
-            finally:
-                client.close()
-            run.manifest.update(
-                reference=reference,
-                image_id=pulled.image_id,
-                repo_digest=pulled.repo_digest,
-                platform=platform,
-                registry_role=role,
-            )
-            run.artefact = pulled.repo_digest or reference
-            run.detail = f"{pulled.repo_digest or reference} ({pulled.size_bytes // 2**20} MiB)"
-        return dg.MaterializeResult(
-            metadata={
-                "reference": reference,
-                "repo_digest": pulled.repo_digest,
-                "image_id": pulled.image_id,
-                "architecture": pulled.architecture,
-                "size_bytes": pulled.size_bytes,
-                "attempts": pulled.attempts,
-            }
-        )
-
-    return _pulled
-
-
 def _wheels(artefacts: ArtefactStoreResource, key: Any, wheels_stage: str | None) -> list[Path]:
     if wheels_stage is None:
         return []
     return [Path(w) for w in artefacts.read_manifest(key, wheels_stage)["wheels"]]
+
+
+KIND = StageKind(
+    "docker_image",
+    DockerImageParams,
+    build_docker_image_asset,
+    frozenset({"docker"}),
+    frozenset({"local", "docker"}),
+)

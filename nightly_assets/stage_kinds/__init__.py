@@ -1,0 +1,34 @@
+"""Stage kinds, one module each: the module named after a kind holds its `KIND` (see spec.py).
+
+Adding a stage kind is adding a module here; the catalog accepts its name once the module exists.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import pkgutil
+
+from nightly_assets.stage_kinds.spec import StageKind, StageParams
+
+NOT_KINDS = {"spec"}
+
+
+@functools.cache
+def stage_kinds() -> dict[str, StageKind[StageParams]]:
+    """Every stage kind by name (imported on first use: the kinds' builders import the catalog)."""
+    kinds: dict[str, StageKind[StageParams]] = {}
+    for module in sorted(m.name for m in pkgutil.iter_modules(__path__) if m.name not in NOT_KINDS):
+        kind = importlib.import_module(f"{__name__}.{module}").KIND
+        if kind.name != module:
+            raise RuntimeError(f"{__name__}.{module} defines stage kind {kind.name!r}; name them alike")
+        kinds[module] = kind
+    return kinds
+
+
+def stage_kind(name: str) -> StageKind[StageParams]:
+    """The stage kind called `name`; a KeyError names the known ones."""
+    kinds = stage_kinds()
+    if name not in kinds:
+        raise KeyError(f"unknown stage kind {name!r}; expected one of: {', '.join(kinds)}")
+    return kinds[name]
