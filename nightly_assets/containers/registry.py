@@ -1,9 +1,10 @@
 """OCI distribution API client: manifests, blobs, tags, copies between registries, retention.
 
 Speaks HTTP to a registry (Docker distribution, ECR, ACR) with basic credentials, following a
-Bearer token challenge when the registry answers with one (ACR, Docker Hub style). Retries 5xx
-and 429 with exponential backoff (honouring Retry-After). A tag is only ever written after every
-blob its manifest names is confirmed present in the destination.
+Bearer token challenge when the registry answers with one (ACR, Docker Hub style). Retries
+unreachable registries, 5xx and 429 with exponential backoff (honouring Retry-After) through
+urllib3's `Retry` on the session's adapter. A tag is only ever written after every blob its
+manifest names is confirmed present in the destination.
 """
 
 from __future__ import annotations
@@ -18,6 +19,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import requests
+from requests.adapters import HTTPAdapter
+from urllib3 import BaseHTTPResponse
+from urllib3.exceptions import MaxRetryError
+from urllib3.util import Retry
 
 MANIFEST_TYPES = (
     "application/vnd.oci.image.index.v1+json",
@@ -27,11 +32,47 @@ MANIFEST_TYPES = (
 )
 INDEX_TYPES = MANIFEST_TYPES[0], MANIFEST_TYPES[2]
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+# Every verb `_call` sends with retry=True: reads, the POST that opens an upload session (a
+# repeat only opens another), manifest PUTs with a body in memory and DELETE. The one request
+# never retried as is, the PUT of a streamed blob (a stream reads once), goes through the session
+# without retries; `upload_blob` starts that upload over instead.
+RETRY_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE"})
+MAX_DELAY_S = 60.0  # the longest wait between two attempts, Retry-After included
 CHUNK = 1 << 20
 
 
 class RegistryError(RuntimeError):
     """A registry call failed for good; the message names the registry, the call and the answer."""
+
+
+class RegistryRetry(Retry):
+    """urllib3's `Retry` waiting as this client always has.
+
+    `backoff_factor` (the client's `backoff_s`) before the first retry, then twice as long each
+    time (urllib3's own formula skips the first wait); a Retry-After of whole seconds (0 too)
+    instead, at most `MAX_DELAY_S`; any other Retry-After is ignored rather than an error.
+    Only `status_forcelist` decides which answers are retried (not urllib3's Retry-After list).
+    """
+
+    RETRY_AFTER_STATUS_CODES: frozenset[int] = frozenset()
+
+    def get_backoff_time(self) -> float:
+        # requests follows redirects itself, so the history holds only the failed attempts.
+        failures = len(self.history)
+        if failures == 0:
+            return 0.0
+        return float(min(self.backoff_max, self.backoff_factor * 2 ** (failures - 1)))
+
+    def get_retry_after(self, response: BaseHTTPResponse) -> float | None:
+        value = response.headers.get("Retry-After", "")
+        return min(float(value), MAX_DELAY_S) if re.fullmatch(r"[0-9]+", value) else None
+
+    def sleep_for_retry(self, response: BaseHTTPResponse) -> bool:
+        delay = self.get_retry_after(response)
+        if delay is None:
+            return False
+        time.sleep(delay)
+        return True
 
 
 @dataclass(frozen=True)
@@ -70,9 +111,29 @@ class OciRegistry:
     timeout_s: float = 60.0
     retries: int = 5
     backoff_s: float = 0.5
-    sleep: Callable[[float], None] = field(default=time.sleep, repr=False)
-    _session: requests.Session = field(default_factory=requests.Session, init=False, repr=False)
+    _session: requests.Session = field(init=False, repr=False)  # retries per `retry_policy()`
+    _once: requests.Session = field(init=False, repr=False)  # no retries (retry=False)
     _token: str | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._session = _session(self.retry_policy())
+        self._once = _session(Retry(0, read=False))  # what a plain requests.Session does
+
+    def retry_policy(self) -> RegistryRetry:
+        """Up to `retries` retries of an unreachable registry, a dropped connection or a
+        RETRY_STATUSES answer; the last answer is returned, not raised, for `_call` to judge."""
+        return RegistryRetry(
+            total=self.retries,
+            connect=self.retries,
+            read=self.retries,
+            status=self.retries,
+            allowed_methods=RETRY_METHODS,
+            status_forcelist=RETRY_STATUSES,
+            backoff_factor=self.backoff_s,
+            backoff_max=MAX_DELAY_S,
+            respect_retry_after_header=True,
+            raise_on_status=False,
+        )
 
     @property
     def host(self) -> str:
@@ -138,8 +199,10 @@ class OciRegistry:
     # -- writing -----------------------------------------------------------------------------
 
     def upload_blob(self, repo: str, digest: str, open_stream: Callable[[], Iterable[bytes]]) -> None:
-        """Monolithic upload; `open_stream` is called again for each retry (a stream reads once)."""
-        for attempt in range(self.retries + 1):
+        """Monolithic upload; a retry starts a new upload and calls `open_stream` again (a stream
+        reads once, so urllib3 cannot resend it): the same `retry_policy()` counts and waits."""
+        policy = self.retry_policy()
+        while True:
             start = self._call("POST", f"/v2/{repo}/blobs/uploads/", ok=(202,))
             location = start.headers["Location"]
             separator = "&" if "?" in location else "?"
@@ -153,8 +216,11 @@ class OciRegistry:
             )
             if resp.status_code == 201:
                 return
-            self._backoff(resp, attempt)
-        raise RegistryError(f"{self.name}: upload of blob {digest} to {repo} kept failing")
+            try:
+                policy = policy.increment("PUT", _redact(resp.url), response=resp.raw)
+            except MaxRetryError:
+                raise RegistryError(f"{self.name}: upload of blob {digest} to {repo} kept failing") from None
+            policy.sleep(resp.raw)
 
     def put_manifest(self, repo: str, ref: str, manifest: Manifest) -> str:
         resp = self._call(
@@ -182,35 +248,23 @@ class OciRegistry:
     ) -> requests.Response:
         url = path if path.startswith("http") else f"{self.url.rstrip('/')}{path}"
         what = f"{self.name}: {method} {_redact(url)}"
-        resp: requests.Response | None = None
-        for attempt in range(self.retries + 1):
-            try:
-                resp = self._send(method, url, **kwargs)
-            except requests.RequestException as exc:
-                if attempt == self.retries or not retry:
-                    raise RegistryError(
-                        f"{what}: registry unreachable at {self.url}: {_redact(str(exc))}"
-                    ) from exc
-                self.sleep(self.backoff_s * 2**attempt)
-                continue
-            if resp.status_code in ok:
-                return resp
-            if resp.status_code in RETRY_STATUSES and retry and attempt < self.retries:
-                self._backoff(resp, attempt)
-                continue
-            break
-        assert resp is not None
+        try:  # the session's Retry has already retried what is worth retrying
+            resp = self._send(self._session if retry else self._once, method, url, **kwargs)
+        except requests.RequestException as exc:
+            raise RegistryError(f"{what}: registry unreachable at {self.url}: {_redact(str(exc))}") from exc
+        if resp.status_code in ok:
+            return resp
         if resp.status_code == 401:
             raise RegistryError(
                 f"{what}: 401 unauthorized: check the credentials for the '{self.name}' registry"
             )
         raise RegistryError(f"{what}: HTTP {resp.status_code} (expected {ok}): {resp.text[:300]}")
 
-    def _send(self, method: str, url: str, **kwargs: Any) -> requests.Response:
+    def _send(self, session: requests.Session, method: str, url: str, **kwargs: Any) -> requests.Response:
         headers = dict(kwargs.pop("headers", {}) or {})
 
         def send() -> requests.Response:  # _auth() changes once a token is fetched
-            return self._session.request(
+            return session.request(
                 method,
                 url,
                 headers={**self._auth(), **headers},
@@ -249,11 +303,6 @@ class OciRegistry:
         if not token:
             raise RegistryError(f"{self.name}: token endpoint {realm} returned no token")
         return token
-
-    def _backoff(self, resp: requests.Response, attempt: int) -> None:
-        retry_after = resp.headers.get("Retry-After", "")
-        delay = float(retry_after) if retry_after.isdigit() else self.backoff_s * 2**attempt
-        self.sleep(min(delay, 60.0))
 
 
 def copy_image(
@@ -328,6 +377,14 @@ def expire_run_tags(
         deleted_tags.extend(run_tags)
         deleted_digests.append(digest)
     return RetentionResult(sorted(deleted_tags), sorted(kept), deleted_digests)
+
+
+def _session(policy: Retry) -> requests.Session:
+    session = requests.Session()
+    adapter = HTTPAdapter(max_retries=policy)
+    session.mount("https://", adapter)
+    session.mount("http://", adapter)
+    return session
 
 
 def _accept() -> dict[str, str]:

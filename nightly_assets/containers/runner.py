@@ -23,8 +23,6 @@ import dagster as dg
 import dagster_pipes
 import docker  # type: ignore[import-untyped]
 import docker.errors  # type: ignore[import-untyped]
-from dagster._core.pipes.client import PipesClientCompletedInvocation
-from dagster._core.pipes.utils import open_pipes_session
 from dagster_docker import PipesDockerClient
 from dagster_docker.pipes import PipesDockerLogsMessageReader
 
@@ -60,7 +58,7 @@ class SuiteRun:
     timed_out: bool
     duration_s: float
     out_dir: Path
-    invocation: PipesClientCompletedInvocation
+    invocation: dg.PipesClientCompletedInvocation
 
 
 class RunnerPipesClient(PipesDockerClient):
@@ -81,7 +79,7 @@ class RunnerPipesClient(PipesDockerClient):
         devices: DeviceSpec,
         env: Mapping[str, str],
     ) -> SuiteRun:
-        with open_pipes_session(
+        with dg.open_pipes_session(
             context=context, context_injector=self.context_injector, message_reader=self.message_reader
         ) as session:
             container = self._client.containers.create(
@@ -105,7 +103,7 @@ class RunnerPipesClient(PipesDockerClient):
             finally:
                 timer.cancel()
                 container.remove(force=True)
-        invocation = PipesClientCompletedInvocation(session)
+        invocation = dg.PipesClientCompletedInvocation(session)
         result = _read_result(out_dir)
         if killed.is_set() and not result:
             raise ContainerRunError(
