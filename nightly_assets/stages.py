@@ -18,6 +18,7 @@ from nightly_assets.catalog.models import Catalog, Pipeline, Runner, Stage, Targ
 from nightly_assets.night_lease import hold_night
 from nightly_assets.partitions import night_key
 from nightly_assets.results import CheckOutcome, NightKey
+from nightly_assets.stage_kinds import stage_kind
 from nightly_assets.stage_kinds.spec import StageParams
 from nightly_assets.warehouse.resources import WarehouseResource
 
@@ -47,14 +48,7 @@ class StageSpec:
 
     def upstream(self) -> list[str]:
         """Every stage upstream of this one, nearest first (breadth first)."""
-        frontier = list(self.stage.deps)
-        seen: list[str] = []
-        while frontier:
-            name = frontier.pop(0)
-            if name not in seen:
-                seen.append(name)
-                frontier.extend(self.pipeline.stage(name).deps)
-        return seen
+        return self.pipeline.upstream(self.stage.name)
 
     def upstream_stage(self, *kinds: str) -> str | None:
         """The nearest stage upstream of this one whose kind is one of `kinds`."""
@@ -105,8 +99,6 @@ class StageSpec:
 
     def asset_args(self, **extra: Any) -> dict[str, Any]:
         """Keyword arguments for `dg.asset` / `dg.multi_asset` shared by every stage kind."""
-        from nightly_assets.stage_kinds import stage_kind  # the kinds import this module
-
         kinds = set(stage_kind(self.stage.kind).kinds)
         if "check_specs" in extra:
             extra["check_specs"] = [self.partitioned_check(c) for c in extra["check_specs"]]

@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from nightly_assets.catalog.models import Catalog, Pipeline, Runner
+from nightly_assets.catalog.models import Catalog, Pipeline, Runner, error_parts
 
 BUILTIN_CATALOG_DIR = Path(__file__).parent
 
@@ -94,9 +94,7 @@ def _describe(exc: ValidationError, prefix: str = "", document: Any = None) -> s
     for error in exc.errors(include_url=False):
         where = _location(error["loc"], document)
         field = ".".join(p for p in (prefix, where) if p) or "(document)"
-        message = error["msg"].removeprefix("Value error, ")
-        got = error.get("input")
-        shown = "" if isinstance(got, (dict, list)) or got is None else f" (got {got!r})"
+        message, shown = error_parts(error)
         lines.append(f"{field}: {message}{shown}")
     return "; ".join(lines)
 

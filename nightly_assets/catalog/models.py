@@ -19,9 +19,9 @@ from pydantic import (
     model_validator,
 )
 
-from nightly_assets.stage_kinds.spec import ORCHESTRATOR, RunnerKind, StageParams
+from nightly_assets.stage_kinds import stage_kind, stage_kinds
+from nightly_assets.stage_kinds.spec import ORCHESTRATOR, Identifier, RunnerKind, StageParams
 
-Identifier = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]*$", max_length=48)]
 TargetName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9._-]*$", max_length=48)]
 Arch = Literal["amd64", "arm64"]
 Cron = Annotated[str, StringConstraints(pattern=r"^\S+ \S+ \S+ \S+ \S+$")]
@@ -142,8 +142,6 @@ class Stage(StrictModel):
     @field_validator("kind")
     @classmethod
     def _known_kind(cls, kind: str) -> str:
-        from nightly_assets.stage_kinds import stage_kinds  # the kinds' builders import this module
-
         if kind not in stage_kinds():
             raise ValueError(f"expected one of {', '.join(stage_kinds())}")
         return kind
@@ -159,8 +157,6 @@ class Stage(StrictModel):
     @model_validator(mode="after")
     def _params_of_kind(self) -> Stage:
         """Validate `params` with the kind's model, naming every bad field by its place."""
-        from nightly_assets.stage_kinds import stage_kind
-
         try:
             self._typed_params = stage_kind(self.kind).params.model_validate(self.params)
         except ValidationError as exc:
@@ -175,8 +171,6 @@ class Stage(StrictModel):
 
     def accepted_runners(self) -> frozenset[str]:
         """The runner kinds this stage can run on (ORCHESTRATOR: it may name none)."""
-        from nightly_assets.stage_kinds import stage_kind
-
         return stage_kind(self.kind).accepted_runners(self.typed_params)
 
     @property
@@ -256,7 +250,7 @@ class Pipeline(StrictModel):
         _check_acyclic(self.stages)
         for stage in self.stages:
             for ref in stage.typed_params.stage_refs():
-                if ref not in _upstream(self.stages, stage):
+                if ref not in self.upstream(stage.name):
                     raise ValueError(f"stage '{stage.name}' reads stage '{ref}', which is not upstream of it")
             for repo in stage.typed_params.repositories():
                 if repo not in repos:
@@ -280,6 +274,17 @@ class Pipeline(StrictModel):
 
     def stage(self, name: str) -> Stage:
         return next(s for s in self.stages if s.name == name)
+
+    def upstream(self, stage: str) -> list[str]:
+        """Every stage upstream of `stage`, nearest first (breadth first)."""
+        frontier = list(self.stage(stage).deps)
+        seen: list[str] = []
+        while frontier:
+            name = frontier.pop(0)
+            if name not in seen:
+                seen.append(name)
+                frontier.extend(self.stage(name).deps)
+        return seen
 
     def target(self, name: str) -> Target:
         return next(t for t in self.targets if t.name == name)
@@ -344,13 +349,19 @@ def _check_runner_kinds(pipeline: Pipeline, stage: Stage, runners: dict[str, Run
             )
 
 
+def error_parts(error: Any) -> tuple[str, str]:
+    """A pydantic error as a catalog author reads it: the message, and ` (got <value>)` for a
+    plain value (nothing for a mapping or a list)."""
+    got = error.get("input")
+    shown = "" if isinstance(got, dict | list) or got is None else f" (got {got!r})"
+    return error["msg"].removeprefix("Value error, "), shown
+
+
 def _params_error(error: Any) -> str:
     """One error of a params model as `params.<field>: <what is wrong> (got <value>)`; a check of the
     whole block names its field first (`bazel: ...`)."""
     place = ".".join(str(p) for p in error["loc"] if "[" not in str(p))  # skip validator wrappers
-    message = error["msg"].removeprefix("Value error, ")
-    got = error.get("input")
-    shown = "" if isinstance(got, dict | list) or got is None else f" (got {got!r})"
+    message, shown = error_parts(error)
     if not place and re.match(r"^[a-z_]+: ", message):
         return f"params.{message}"
     return f"params{'.' + place if place else ''}: {message}{shown}"
@@ -362,18 +373,6 @@ def _unique(what: str, names: list[str]) -> None:
         if name in seen:
             raise ValueError(f"{what}: '{name}' appears twice")
         seen.add(name)
-
-
-def _upstream(stages: list[Stage], stage: Stage) -> set[str]:
-    deps = {s.name: s.deps for s in stages}
-    seen: set[str] = set()
-    frontier = list(stage.deps)
-    while frontier:
-        name = frontier.pop()
-        if name not in seen and name in deps:
-            seen.add(name)
-            frontier.extend(deps[name])
-    return seen
 
 
 def _check_acyclic(stages: list[Stage]) -> None:

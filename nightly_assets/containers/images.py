@@ -58,11 +58,8 @@ class ImageStage:
             "run_id": self.run_id[:RUN_ID_CHARS],
         }
 
-    def tag_templates(self) -> list[str]:
-        return self.params.tags or ([self.params.tag] if self.params.tag else [])
-
     def tags(self) -> list[str]:
-        return [t.format(**self.template_vars()) for t in self.tag_templates()]
+        return [t.format(**self.template_vars()) for t in self.params.tag_templates()]
 
     def build_and_publish(
         self, repo_root: Path, sha: str, wheels: list[Path], base: dict[str, Any] | None
@@ -195,7 +192,9 @@ class ImageStage:
         push_to = self.params.push_to
         if not push_to:
             return []
-        stable = [t.format(**self.template_vars()) for t in self.tag_templates() if "{run_id}" not in t]
+        stable = [
+            t.format(**self.template_vars()) for t in self.params.tag_templates() if "{run_id}" not in t
+        ]
         return [self.registries.reference(push_to[0], self.image_name, tag) for tag in stable[:1]]
 
     def _auth_for(self, reference: str) -> dict[str, str] | None:
@@ -240,7 +239,7 @@ class ImageStage:
 
     def _retention(self) -> dict[str, RetentionResult]:
         """Delete this stage's run tags older than the pipeline's retention, in every registry it uses."""
-        run_templates = [t for t in self.tag_templates() if "{run_id}" in t]
+        run_templates = [t for t in self.params.tag_templates() if "{run_id}" in t]
         if not run_templates:
             return {}
         variables = {**self.template_vars(), "run_id": "\0"}

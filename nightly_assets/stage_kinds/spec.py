@@ -15,7 +15,8 @@ if TYPE_CHECKING:
 RunnerKind = Literal["local", "docker", "rbe", "tpu_vm", "batch"]
 # A stage with no runner runs in the orchestrator's own process (summaries, baselines, release).
 ORCHESTRATOR = "orchestrator"
-RepoName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]*$", max_length=48)]
+# A catalog name (pipeline, stage, repository): it lands in asset keys, job names and paths.
+Identifier = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]*$", max_length=48)]
 
 
 class StageParams(BaseModel):
@@ -43,7 +44,7 @@ class NoParams(StageParams):
 class RepoParams(StageParams):
     """Params of a stage that works on one repository's checkout."""
 
-    repo: RepoName | None = None  # which of the pipeline's repositories; default the first
+    repo: Identifier | None = None  # which of the pipeline's repositories; default the first
 
     def repositories(self) -> list[str]:
         return [self.repo] if self.repo else []
