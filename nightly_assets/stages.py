@@ -151,21 +151,17 @@ class StageRun:
     links: dict[str, str] = field(default_factory=dict)  # file name -> URL, once the stage ended
     folder_link: str = ""
 
+    @property
+    def runner_kind(self) -> str | None:
+        """The kind of the runner the stage runs on; None: it names none (the orchestrator)."""
+        return self.runner.kind if self.runner is not None else None
+
     def link_metadata(self) -> dict[str, dg.MetadataValue]:
         """Links to the stage's folder and reports, for the asset's metadata."""
         return {
             **({"artefacts": dg.MetadataValue.url(self.folder_link)} if self.folder_link else {}),
             **{f"artefact/{name}": dg.MetadataValue.url(url) for name, url in self.links.items()},
         }
-
-
-def require_local_runner(spec: StageSpec, run: StageRun, what: str) -> None:
-    """Refuse, naming the runner, a stage whose work would run on this host but names a remote one."""
-    if run.runner is not None and run.runner.kind != "local":
-        raise StageNotAvailable(
-            f"{spec.key.to_user_string()}: {what} runs on this host, not on '{run.runner_name}' "
-            f"({run.runner.kind}); name a local runner"
-        )
 
 
 def stage_events(

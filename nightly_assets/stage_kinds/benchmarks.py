@@ -1,5 +1,5 @@
-"""The benchmarks stage: tonight's timings, from a benchmark command (in the image or on this host) or
-the timing file a test suite stage wrote."""
+"""The benchmarks stage: tonight's timings, from a benchmark command its runner's backend runs (in the
+image or on this host) or the timing file a test suite stage wrote."""
 
 from pathlib import Path
 from typing import Self
@@ -9,12 +9,10 @@ from pydantic import Field, model_validator
 
 from nightly_assets.artefacts.resources import ArtefactStoreResource
 from nightly_assets.benchmarks.timing import read_timing_file
-from nightly_assets.containers.resources import ContainerRegistriesResource, DockerRunnerPoolResource
-from nightly_assets.containers.runner import OUT_DIR
-from nightly_assets.containers.suites import run_in_image, runs_in_image
-from nightly_assets.process import CommandError, run_command
+from nightly_assets.runners import backend, stage_backends
+from nightly_assets.runners.protocol import StageWork
 from nightly_assets.stage_kinds.spec import ORCHESTRATOR, StageKind, StageParams
-from nightly_assets.stages import StageNotAvailable, StageSpec, recorded_stage, require_local_runner
+from nightly_assets.stages import StageNotAvailable, StageSpec, recorded_stage
 from nightly_assets.warehouse.resources import WarehouseResource
 
 BENCHMARK_TIMEOUT_S = 3600
@@ -42,52 +40,19 @@ class BenchmarksParams(StageParams):
 def build_benchmarks_asset(spec: StageSpec) -> dg.AssetsDefinition:
     env_stage = spec.upstream_stage("environment", "docker_image")
     params = spec.params(BenchmarksParams)
+    used = [b.resource_keys(spec, "command") for b in stage_backends(spec)] if params.command else []
 
-    @dg.asset(**spec.asset_args())
-    def _benchmarks(
-        context: dg.AssetExecutionContext,
-        artefacts: ArtefactStoreResource,
-        warehouse: WarehouseResource,
-        docker_pool: DockerRunnerPoolResource,
-        registries: ContainerRegistriesResource,
-    ) -> dg.MaterializeResult:
+    @dg.asset(required_resource_keys={"artefacts", "warehouse"}.union(*used), **spec.asset_args())
+    def _benchmarks(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         """Tonight's benchmark values, read from the timing JSON the benchmark writes."""
+        artefacts: ArtefactStoreResource = context.resources.artefacts
+        warehouse: WarehouseResource = context.resources.warehouse
         with recorded_stage(context, spec, artefacts, warehouse) as run:
-            environment = artefacts.read_manifest(run.key, env_stage) if env_stage else {}
-            output = run.workdir / "timing.json"
-            if params.command is not None and runs_in_image(environment):
-                inside = f"{OUT_DIR}/timing.json"
-                argv = [
-                    environment["python"] if a == "python" else str(a).replace("{output}", inside)
-                    for a in params.command
-                ]
-                result = run_in_image(
-                    context,
-                    run,
-                    environment,
-                    docker_pool,
-                    registries,
-                    program=argv,
-                    timeout_s=BENCHMARK_TIMEOUT_S,
-                )
-                if result.returncode != 0:
-                    log = (result.out_dir / "output.log").read_text(errors="replace")[-3000:]
-                    raise CommandError(f"benchmark exited {result.returncode} in the image:\n{log}")
-                output = result.out_dir / "timing.json"
-            elif params.command is not None:
-                require_local_runner(spec, run, "a benchmark outside an image")
-                python = artefacts.read_manifest(run.key, str(env_stage))["python"]
-                argv = [
-                    python if a == "python" else str(a).replace("{output}", str(output))
-                    for a in params.command
-                ]
-                run_command(
-                    argv,
-                    cwd=run.workdir,
-                    timeout_s=BENCHMARK_TIMEOUT_S,
-                    log_path=run.workdir / "benchmark.log",
-                    scratch_home=True,
-                )
+            if params.command is not None:
+                environment = artefacts.read_manifest(run.key, env_stage) if env_stage else {}
+                work = StageWork(context, spec, run, environment)
+                runner = backend(run.runner_kind)
+                output = runner.run_command(work, params.command, "timing.json", BENCHMARK_TIMEOUT_S)
             else:
                 assert params.from_stage is not None  # the params model requires one of the two
                 upstream = artefacts.read_manifest(run.key, params.from_stage)

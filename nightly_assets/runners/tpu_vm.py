@@ -1,32 +1,43 @@
-"""The TPU VM branch of a test suite stage: the suite on a fresh VM, its cost in the warehouse."""
+"""The tpu_vm runner kind: a suite on a fresh TPU VM over SSH, its cost in the warehouse, checks
+that the VM was deleted and the run kept within the pipeline's budget (seed 003)."""
 
 from pathlib import Path
 
 import dagster as dg
 
-from nightly_assets.artefacts.resources import ArtefactStoreResource
-from nightly_assets.results import TestReport
-from nightly_assets.stages import StageRun, StageSpec
+from nightly_assets.runners.protocol import Capability, RunnerBackend, StageWork, SuiteOutcome
+from nightly_assets.stages import StageSpec
 from nightly_assets.tpu import checks as tpu_checks
 from nightly_assets.tpu.nodes import TpuApiError
 from nightly_assets.tpu.resources import TpuVmResource, recently_ended_run_ids
 from nightly_assets.tpu.stage import TpuSuiteParams, run_suite_on_vm
-from nightly_assets.warehouse.store import MachineCost, Warehouse
+from nightly_assets.warehouse.store import MachineCost
 
 
-def run_tpu_suite_stage(
-    context: dg.AssetExecutionContext,
-    run: StageRun,
-    spec: StageSpec,
-    artefacts: ArtefactStoreResource,
-    store: Warehouse,
-    tpu_vms: TpuVmResource,
-) -> tuple[TestReport, dict[str, object], MachineCost]:
+class TpuVmBackend(RunnerBackend):
+    kind = "tpu_vm"
+    supports = frozenset({"suite"})
+
+    def resource_keys(self, spec: StageSpec, capability: Capability) -> set[str]:
+        return {"tpu_vms"}
+
+    def check_specs(self, spec: StageSpec, capability: Capability) -> list[dg.AssetCheckSpec]:
+        budget = spec.pipeline.thresholds.cost_budget_usd
+        return [*tpu_checks.cost_check_specs(spec.key, budget), *tpu_checks.vm_check_specs(spec.key)]
+
+    def run_suite(self, work: StageWork) -> SuiteOutcome:
+        return run_suite_on_tpu_vm(work)
+
+
+def run_suite_on_tpu_vm(work: StageWork) -> SuiteOutcome:
     """Run the stage's suite on a TPU VM; the cost is recorded even when the run fails."""
+    context, spec, run = work.context, work.spec, work.run
     suite = spec.stage.suite
     assert suite is not None
     params = spec.params(TpuSuiteParams)
-    pinned = spec.pinned_repo(artefacts, run.key)
+    pinned = spec.pinned_repo(work.artefacts, run.key)
+    store = work.resources.warehouse.store()
+    tpu_vms: TpuVmResource = work.resources.tpu_vms
 
     def record(cost: MachineCost) -> None:
         store.record_cost(run.key, cost)
@@ -54,13 +65,16 @@ def run_tpu_suite_stage(
         run.manifest["timing_file"] = str(result.outcome.timing_path)  # the benchmarks stage reads it
     cost = result.cost
     run.checks.append(tpu_checks.vm_deleted(spec.key, result.outcome.node_name, result.outcome.delete_error))
+    budget = spec.pipeline.thresholds.cost_budget_usd
+    if budget is not None:
+        run.checks.append(tpu_checks.cost_within_budget(spec.key, cost, budget))
     metadata: dict[str, object] = {
         "tpu/node": result.outcome.node_name,
         "tpu/vm_lifetime_s": dg.MetadataValue.float(cost.lifetime_s),
         "tpu/cost_usd": dg.MetadataValue.float(cost.cost_usd),
         "tpu/log": dg.MetadataValue.path(str(result.outcome.log_path)),
     }
-    return result.report, metadata, cost
+    return SuiteOutcome(result.report, metadata)
 
 
 def _sweep_leftovers(context: dg.AssetExecutionContext, tpu_vms: TpuVmResource, zone: str) -> None:
@@ -79,3 +93,6 @@ def _sweep_leftovers(context: dg.AssetExecutionContext, tpu_vms: TpuVmResource, 
         return
     if swept:
         context.log.warning(f"deleted {len(swept)} leftover TPU VM(s) in {zone}: {', '.join(swept)}")
+
+
+BACKEND = TpuVmBackend()

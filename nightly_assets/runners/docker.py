@@ -1,0 +1,201 @@
+"""The docker runner kind: suites and commands in the night's image through Dagster Pipes, and
+wheels in a clean builder container, on the runner label's Docker host."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import docker  # type: ignore[import-untyped]
+import docker.errors  # type: ignore[import-untyped]
+
+from nightly_assets.containers.engine import pull_image
+from nightly_assets.containers.resources import ContainerRegistriesResource, DockerRunnerPoolResource
+from nightly_assets.containers.runner import (
+    OUT_DIR,
+    RunnerPipesClient,
+    SuiteRun,
+    program_command,
+    suite_command,
+)
+from nightly_assets.containers.wheels import build_wheels_in_container
+from nightly_assets.process import CommandError
+from nightly_assets.results import TestReport
+from nightly_assets.runners.protocol import (
+    BuiltWheels,
+    Capability,
+    RunnerBackend,
+    StageWork,
+    SuiteOutcome,
+    suite_selection,
+)
+from nightly_assets.stage_kinds.test_suite import TestSuiteParams
+from nightly_assets.stage_kinds.wheels import WheelsParams
+from nightly_assets.stages import StageSpec
+from nightly_assets.testing.junit import parse_collect_only, parse_junit
+from nightly_assets.testing.resources import PYTEST_USABLE_EXIT_CODES, TestRunError
+
+IMAGE_RESOURCES = {"docker_pool", "registries"}
+
+
+class ImageNotAvailable(RuntimeError):
+    """The stage's image is neither on the runner's engine nor pullable from its registry."""
+
+
+class DockerBackend(RunnerBackend):
+    kind = "docker"
+    supports = frozenset({"suite", "wheels", "command"})
+
+    def resource_keys(self, spec: StageSpec, capability: Capability) -> set[str]:
+        return {"docker_pool"} if capability == "wheels" else set(IMAGE_RESOURCES)
+
+    def run_suite(self, work: StageWork) -> SuiteOutcome:
+        if not work.in_image:
+            raise self.unsupported(work, "a suite outside an image", "name a local runner")
+        return SuiteOutcome(suite_in_image(work))
+
+    def run_command(self, work: StageWork, argv: list[str], output: str, timeout_s: float) -> Path:
+        if not work.in_image:
+            raise self.unsupported(work, "a command outside an image", "name a local runner")
+        return command_in_image(work, argv, output, timeout_s)
+
+    def build_wheels(self, work: StageWork, params: WheelsParams) -> BuiltWheels:
+        """Wheels from a fresh container of the builder image on the runner's Docker host."""
+        pool: DockerRunnerPoolResource = work.resources.docker_pool
+        run = work.run
+        src = work.spec.checkout(work.artefacts, run.key)
+        image = params.builder_image or pool.base_image_for(run.target.arch)
+        platform = pool.platform_for(run.runner_name, run.target.arch)
+        client = pool.client(run.runner_name)
+        work.context.log.info(f"building wheels of {src.name} in {image} ({platform}) on '{run.runner_name}'")
+        try:
+            built = build_wheels_in_container(
+                client,
+                image=image,
+                python=params.builder_python,
+                src=src,
+                out=run.workdir / "dist",
+                log=run.workdir / "build.log",
+                platform=platform,
+                timeout_s=pool.build_timeout_s,
+            )
+        finally:
+            client.close()
+        return BuiltWheels(
+            built.wheels,
+            {
+                "image": image,
+                "image_id": built.image_id,
+                "platform": platform,
+                "duration_s": round(built.duration_s, 2),
+            },
+        )
+
+
+def suite_in_image(work: StageWork) -> TestReport:
+    """The suite in the night's image through Dagster Pipes, on the runner label's Docker host."""
+    suite = work.spec.stage.suite
+    assert suite is not None
+    run, name = work.run, work.spec.stage.name
+    pool: DockerRunnerPoolResource = work.resources.docker_pool
+    gpus = pool.devices(work.label).count
+    markers, collect_only = suite_selection(work, gpus)
+    variables = {"arch": run.target.arch, "target": run.target.name, **run.target.params}
+    env = {k: str(v).format(**variables) for k, v in work.spec.params(TestSuiteParams).env.items()}
+    env["NIGHTLY_EXPECTED_DEVICES"] = str(run.target.devices)
+    work.context.log.info(
+        f"{name}: {'collect-only' if collect_only else 'pytest'} -m {markers!r} in the image "
+        f"({run.target.arch}, {gpus} GPU(s) on '{work.label}', suite needs {suite.min_gpus})"
+    )
+    result = run_in_image(
+        work,
+        paths=suite.paths,
+        markers=markers,
+        collect_only=collect_only,
+        timeout_s=suite.timeout_minutes * 60,
+        env=env,
+    )
+    log = result.out_dir / "output.log"
+    run.published.append(log)
+    output = log.read_text(errors="replace") if log.is_file() else ""
+    if result.timed_out or result.returncode not in PYTEST_USABLE_EXIT_CODES:
+        tail = "\n".join(output.splitlines()[-30:])
+        why = (
+            f"timed out after {suite.timeout_minutes} min"
+            if result.timed_out
+            else f"exited {result.returncode}"
+        )
+        raise TestRunError(f"{name}: pytest in the image {why}; last output:\n{tail}")
+    if collect_only:
+        report = parse_collect_only(output, name, run.runner_name)
+    else:
+        report = parse_junit(result.out_dir / "junit.xml", name, run.runner_name)
+    work.context.log.info(f"{name}: {report.counts()}")
+    return report
+
+
+def command_in_image(work: StageWork, argv: list[str], output: str, timeout_s: float) -> Path:
+    """`argv` in the night's image; its output file comes back from the run's out folder."""
+    python = work.environment["python"]
+    inside = f"{OUT_DIR}/{output}"
+    program = [python if a == "python" else str(a).replace("{output}", inside) for a in argv]
+    result = run_in_image(work, program=program, timeout_s=timeout_s)
+    if result.returncode != 0:
+        log = (result.out_dir / "output.log").read_text(errors="replace")[-3000:]
+        raise CommandError(f"{argv[0]} exited {result.returncode} in the image on '{work.label}':\n{log}")
+    return result.out_dir / output
+
+
+def run_in_image(
+    work: StageWork,
+    *,
+    paths: list[str] | None = None,
+    markers: str = "",
+    collect_only: bool = False,
+    program: list[str] | None = None,
+    timeout_s: float,
+    env: dict[str, str] | None = None,
+) -> SuiteRun:
+    """Run a pytest suite (or `program`) in the upstream image; outputs land in run.workdir/out."""
+    context, environment, label = work.context, work.environment, work.label
+    pool: DockerRunnerPoolResource = work.resources.docker_pool
+    client = pool.client(label)
+    image = _ensure_image(client, environment, work.resources.registries)
+    python, rootdir = environment["python"], environment["rootdir"]
+    if program is not None:
+        command = program_command(python, rootdir, program, timeout_s)
+    else:
+        command = suite_command(python, rootdir, paths or [], markers, timeout_s, collect_only)
+    context.log.info(f"running in {image} on '{label}': {' '.join(command[2:])}")
+    pipes = RunnerPipesClient(client, timeout_s=timeout_s + 60)
+    result = pipes.run_suite(
+        context=context,
+        image=image,
+        command=command,
+        out_dir=work.run.workdir / "out",
+        devices=pool.devices(label),
+        env=env or {},
+    )
+    for message in result.invocation.get_custom_messages():
+        context.log.debug(f"pipes: {message}")
+    return result
+
+
+def _ensure_image(
+    client: docker.DockerClient, environment: dict[str, Any], registries: ContainerRegistriesResource
+) -> str:
+    """The image by local tag when this engine built it, else pulled from its primary registry."""
+    for reference in (environment["local_tag"], environment["reference"]):
+        try:
+            client.images.get(reference)
+            return str(reference)
+        except docker.errors.ImageNotFound:
+            continue
+    reference = environment["reference"]
+    role = environment.get("primary_registry")
+    if role is None or not pull_image(client, reference, registries.engine_auth(role)):
+        raise ImageNotAvailable(f"image {reference} is not on this engine and no registry serves it")
+    return str(reference)
+
+
+BACKEND = DockerBackend()

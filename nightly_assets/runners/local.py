@@ -1,0 +1,97 @@
+"""The local runner kind: this machine. pytest in the night's virtualenv, wheels with pip (or
+Bazel without remote execution), commands as processes; where the night's environment is an
+image, the suite or command runs in it on this machine's Docker engine instead."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from nightly_assets.builds.resources import PythonBuildResource
+from nightly_assets.process import run_command
+from nightly_assets.results import TestReport
+from nightly_assets.runners import docker
+from nightly_assets.runners.protocol import (
+    BuiltWheels,
+    Capability,
+    RunnerBackend,
+    StageWork,
+    SuiteOutcome,
+    suite_selection,
+)
+from nightly_assets.runners.rbe import bazel_wheels
+from nightly_assets.stage_kinds.wheels import WheelsParams
+from nightly_assets.stages import StageSpec
+from nightly_assets.testing.junit import parse_collect_only, parse_junit
+from nightly_assets.testing.resources import LocalTestRunnerResource
+
+
+class LocalBackend(RunnerBackend):
+    kind = "local"
+    supports = frozenset({"suite", "wheels", "command"})
+
+    def resource_keys(self, spec: StageSpec, capability: Capability) -> set[str]:
+        if capability == "wheels":
+            return {"bazel_rbe"} if spec.params(WheelsParams).builder == "bazel" else {"builder"}
+        env_stage = spec.upstream_stage("environment", "docker_image")
+        image = env_stage is not None and spec.pipeline.stage(env_stage).kind == "docker_image"
+        used = {"test_runner"} if capability == "suite" else set()
+        return used | (docker.IMAGE_RESOURCES if image else set())
+
+    def run_suite(self, work: StageWork) -> SuiteOutcome:
+        if work.in_image:
+            return SuiteOutcome(docker.suite_in_image(work))
+        return SuiteOutcome(_pytest_here(work))
+
+    def build_wheels(self, work: StageWork, params: WheelsParams) -> BuiltWheels:
+        if params.builder == "bazel":
+            return bazel_wheels(work, params, remote=False)
+        builder: PythonBuildResource = work.resources.builder
+        src = work.spec.checkout(work.artefacts, work.run.key)
+        workdir = work.run.workdir
+        return BuiltWheels(builder.build_wheels(src, workdir / "dist", workdir / "build.log"))
+
+    def run_command(self, work: StageWork, argv: list[str], output: str, timeout_s: float) -> Path:
+        if work.in_image:
+            return docker.command_in_image(work, argv, output, timeout_s)
+        workdir = work.run.workdir
+        python = work.environment["python"]
+        path = workdir / output
+        run_command(
+            [python if a == "python" else str(a).replace("{output}", str(path)) for a in argv],
+            cwd=workdir,
+            timeout_s=timeout_s,
+            log_path=workdir / "command.log",
+            scratch_home=True,
+        )
+        return path
+
+
+def _pytest_here(work: StageWork) -> TestReport:
+    """The suite by markers with the environment's Python on this host; collect-only where the
+    target's arch is dry-run or this machine has fewer GPUs than the suite needs."""
+    suite, run, name = work.spec.stage.suite, work.run, work.spec.stage.name
+    assert suite is not None
+    test_runner: LocalTestRunnerResource = work.resources.test_runner
+    runner_gpus = run.runner.gpus if run.runner else 0
+    gpus = test_runner.visible_gpus() if runner_gpus == "auto" else runner_gpus
+    markers, collect_only = suite_selection(work, gpus)
+    python = Path(work.environment["python"])
+    rootdir = work.spec.checkout(work.artefacts, run.key)
+    log = run.workdir / "pytest.log"
+    timeout_s = suite.timeout_minutes * 60
+    if collect_only:
+        work.context.log.info(
+            f"{name}: collect-only ({run.target.arch}, {gpus} GPU(s), suite needs {suite.min_gpus})"
+        )
+        result = test_runner.collect_pytest(python, rootdir, suite.paths, markers, timeout_s, log)
+        report = parse_collect_only(result.output, name, run.runner_name)
+    else:
+        work.context.log.info(f"{name}: pytest -m {markers!r} on {run.runner_name}")
+        junit = run.workdir / "junit.xml"
+        test_runner.run_pytest(python, rootdir, suite.paths, markers, junit, timeout_s, log)
+        report = parse_junit(junit, name, run.runner_name)
+    work.context.log.info(f"{name}: {report.counts()}")
+    return report
+
+
+BACKEND = LocalBackend()

@@ -1,0 +1,115 @@
+"""What a runner kind is: the execution backend that does a stage's work where the catalog put it.
+
+A stage asset decides *what* to run (a suite by markers, wheels from the checkout, a benchmark
+command) and asks the backend of its runner's kind to run it; the backend decides *how* (pytest on
+this host, the night's image through Pipes, Bazel remote execution, a TPU VM, a batch machine).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+import dagster as dg
+
+from nightly_assets.stages import StageNotAvailable
+
+if TYPE_CHECKING:
+    from nightly_assets.artefacts.resources import ArtefactStoreResource
+    from nightly_assets.results import TestReport
+    from nightly_assets.stage_kinds.wheels import WheelsParams
+    from nightly_assets.stages import StageRun, StageSpec
+
+# What a backend can be asked to do.
+Capability = Literal["suite", "wheels", "command"]
+
+
+@dataclass(frozen=True)
+class StageWork:
+    """One stage's work handed to a backend: the asset's context, its catalog spec, the running
+    partition and the environment the upstream stage made (a venv or the night's image)."""
+
+    context: dg.AssetExecutionContext
+    spec: StageSpec
+    run: StageRun
+    environment: dict[str, Any]
+
+    @property
+    def resources(self) -> Any:
+        return self.context.resources
+
+    @property
+    def artefacts(self) -> ArtefactStoreResource:
+        artefacts: ArtefactStoreResource = self.context.resources.artefacts
+        return artefacts
+
+    @property
+    def in_image(self) -> bool:
+        """The upstream environment is the night's image (else a virtualenv on this host)."""
+        return self.environment.get("mode") == "image"
+
+    @property
+    def label(self) -> str:
+        """The runner label the work runs on ("local" for a stage that names none)."""
+        return self.run.runner_name if self.run.runner is not None else "local"
+
+
+@dataclass
+class SuiteOutcome:
+    """A suite's report and what the backend adds to the asset's metadata."""
+
+    report: TestReport
+    metadata: dict[str, object] = field(default_factory=dict)
+
+
+@dataclass
+class BuiltWheels:
+    """The wheels a backend built, and what built them (for the manifest and the metadata)."""
+
+    wheels: list[Path]
+    builder: dict[str, Any] = field(default_factory=dict)
+
+
+class RunnerBackend:
+    """One runner kind's way of running work. A backend says what it `supports` and which
+    resources each capability uses (so a stage asset requires only those); what it does not
+    support raises StageNotAvailable naming the stage, the runner and what to do instead."""
+
+    kind: ClassVar[str]
+    supports: ClassVar[frozenset[Capability]]
+
+    def resource_keys(self, spec: StageSpec, capability: Capability) -> set[str]:
+        """The resources `capability` uses for this stage (besides artefacts and warehouse)."""
+        return set()
+
+    def check_specs(self, spec: StageSpec, capability: Capability) -> list[dg.AssetCheckSpec]:
+        """Checks the backend evaluates for the stage (a TPU VM's deletion and cost)."""
+        return []
+
+    def run_suite(self, work: StageWork) -> SuiteOutcome:
+        raise self.unsupported(work, "a test suite")
+
+    def build_wheels(self, work: StageWork, params: WheelsParams) -> BuiltWheels:
+        raise self.unsupported(work, "a wheel build")
+
+    def run_command(self, work: StageWork, argv: list[str], output: str, timeout_s: float) -> Path:
+        """Run `argv` ("python": the environment's Python; "{output}": where it writes its one
+        output file) and return that file's path on this host."""
+        raise self.unsupported(work, "a command")
+
+    def unsupported(self, work: StageWork, what: str, instead: str = "") -> StageNotAvailable:
+        return StageNotAvailable(
+            f"{work.spec.key.to_user_string()}: {what} cannot run on '{work.run.runner_name}' "
+            f"({self.kind})" + (f"; {instead}" if instead else "")
+        )
+
+
+def suite_selection(work: StageWork, gpus: int) -> tuple[str, bool]:
+    """The suite's marker expression for this target, and whether it only collects (seed 001's
+    dry run: an arch in `collect_only_on`, or fewer GPUs than the suite needs)."""
+    suite = work.spec.stage.suite
+    assert suite is not None and suite.markers is not None  # Bazel suites go to the rbe backend
+    target = work.run.target
+    markers = suite.markers.format(arch=target.arch, **target.params)
+    return markers, target.arch in suite.collect_only_on or gpus < suite.min_gpus
