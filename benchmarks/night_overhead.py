@@ -7,7 +7,6 @@ import time
 from pathlib import Path
 
 import dagster as dg
-from dagster._core.events import DagsterEventType
 
 NIGHTS = ("2026-11-03", "2026-11-13")
 
@@ -36,7 +35,7 @@ def main() -> dict[str, float]:
                 wall = time.perf_counter() - start
                 steps = sum(
                     r.get_dagster_event().step_success_data.duration_ms / 1000
-                    for r in instance.all_logs(outcome.run.run_id, of_type=DagsterEventType.STEP_SUCCESS)
+                    for r in instance.all_logs(outcome.run.run_id, of_type=dg.DagsterEventType.STEP_SUCCESS)
                 )
                 ratios.append(wall / steps)
                 print(

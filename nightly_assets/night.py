@@ -16,8 +16,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import dagster as dg
-from dagster._core.events import DagsterEventType
-from dagster._core.execution.plan.objects import ErrorSource
 
 from nightly_assets.catalog.models import Catalog
 from nightly_assets.night_lease import this_process_tag
@@ -30,17 +28,17 @@ from nightly_assets.reporting.follow_up import (
     end_abandoned,
     follow_up_run,
 )
-from nightly_assets.reporting.night_runs import stage_error
+from nightly_assets.reporting.night_runs import stage_error, was_interrupted
 from nightly_assets.reporting.resources import Alert
 from nightly_assets.reporting.sensors import summary_job_name
 from nightly_assets.results import NightKey
 
 PROGRESS_EVENTS = {
-    DagsterEventType.STEP_START,
-    DagsterEventType.STEP_SUCCESS,
-    DagsterEventType.STEP_FAILURE,
-    DagsterEventType.STEP_SKIPPED,
-    DagsterEventType.ASSET_CHECK_EVALUATION,
+    dg.DagsterEventType.STEP_START,
+    dg.DagsterEventType.STEP_SUCCESS,
+    dg.DagsterEventType.STEP_FAILURE,
+    dg.DagsterEventType.STEP_SKIPPED,
+    dg.DagsterEventType.ASSET_CHECK_EVALUATION,
 }
 # Progress lines report failures; Dagster's console log would repeat them with stack traces.
 QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
@@ -145,13 +143,13 @@ def execute_partition(
 def _interrupted(instance: dg.DagsterInstance, run_id: str) -> bool:
     """Whether the run ended because this process was interrupted, not because a stage failed."""
     for record in instance.get_records_for_run(
-        run_id, of_type={DagsterEventType.STEP_FAILURE, DagsterEventType.RUN_FAILURE}
+        run_id, of_type={dg.DagsterEventType.STEP_FAILURE, dg.DagsterEventType.RUN_FAILURE}
     ).records:
         event = record.event_log_entry.dagster_event
         if event is None:
             continue
-        if event.event_type == DagsterEventType.STEP_FAILURE:
-            if event.step_failure_data.error_source == ErrorSource.INTERRUPT:
+        if event.event_type == dg.DagsterEventType.STEP_FAILURE:
+            if was_interrupted(event.step_failure_data):
                 return True
         elif "interrupted" in (event.message or ""):
             return True
@@ -187,20 +185,20 @@ def progress_line(entry: Any) -> str | None:
         return None
     step = event.step_key or ""
     match event.event_type:
-        case DagsterEventType.STEP_START:
+        case dg.DagsterEventType.STEP_START:
             return f"started  {step}"
-        case DagsterEventType.STEP_SUCCESS:
+        case dg.DagsterEventType.STEP_SUCCESS:
             return f"done     {step} ({event.event_specific_data.duration_ms / 1000:.1f}s)"
-        case DagsterEventType.STEP_FAILURE:
+        case dg.DagsterEventType.STEP_FAILURE:
             data = event.step_failure_data
-            if data.error_source == ErrorSource.INTERRUPT:
+            if was_interrupted(data):
                 return f"{CANCELLED.upper():<8} {step} (interrupted)"
             lines = stage_error(data.error, data.user_failure_data).splitlines() or ["failed"]
             more = f"\n{'':11}".join(lines[1:8])
             return f"FAILED   {step}: {lines[0][:300]}" + (f"\n{'':11}{more}" if more else "")
-        case DagsterEventType.STEP_SKIPPED:
+        case dg.DagsterEventType.STEP_SKIPPED:
             return f"skipped  {step} (an upstream stage failed)"
-        case DagsterEventType.ASSET_CHECK_EVALUATION:
+        case dg.DagsterEventType.ASSET_CHECK_EVALUATION:
             ev = event.event_specific_data
             verdict = "passed" if ev.passed else f"FAILED ({ev.severity.value})"
             line = f"check    {ev.asset_key.to_user_string()}:{ev.check_name} {verdict}"

@@ -18,10 +18,14 @@ import time
 from pathlib import Path
 
 import dagster as dg
-from dagster._core.storage.dagster_run import FINISHED_STATUSES
 
 from nightly_assets.results import NightKey
 from nightly_assets.warehouse.store import Warehouse
+
+# Statuses a run does not leave (Dagster's own list is not public).
+FINISHED_STATUSES = frozenset(
+    {dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED}
+)
 
 # "host:pid:run_id" of a `nightly run` executing the run in its own process. The run id is part of
 # it because a re-execution (launched from the UI, run by the daemon) inherits its parent's tags.

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import dagster as dg
-from dagster._core.errors import DagsterExecutionInterruptedError
 
 from nightly_assets.artefacts.resources import ArtefactStoreResource
 from nightly_assets.catalog.models import Catalog, Pipeline, Runner, Stage, Target
@@ -210,7 +209,7 @@ def recorded_stage(
     try:
         yield run
     except BaseException as exc:
-        interrupted = isinstance(exc, KeyboardInterrupt | DagsterExecutionInterruptedError)
+        interrupted = isinstance(exc, KeyboardInterrupt | dg.DagsterExecutionInterruptedError)
         if not interrupted:  # an interrupt ends the stage now, not after an upload
             _publish(context, artefacts, run, spec.stage.name)
         store.record_stage(

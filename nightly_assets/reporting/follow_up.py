@@ -15,10 +15,9 @@ import time
 from dataclasses import dataclass, field
 
 import dagster as dg
-from dagster._core.storage.dagster_run import FINISHED_STATUSES
 
 from nightly_assets.catalog.models import Catalog
-from nightly_assets.night_lease import PROCESS_TAG, process_gone
+from nightly_assets.night_lease import FINISHED_STATUSES, PROCESS_TAG, process_gone
 from nightly_assets.reporting.alerts import alerts_for_run
 from nightly_assets.reporting.night_runs import NightInRun, RunRecord, read_run
 from nightly_assets.reporting.resources import Alert, NotifierResource

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Any
 
 import dagster as dg
-from dagster._core.events import DagsterEventType  # event types are not re-exported at top level
-from dagster._core.execution.plan.objects import ErrorSource
 
 from nightly_assets.catalog.models import Catalog
 from nightly_assets.partitions import night_key
@@ -74,11 +73,11 @@ def read_run(instance: dg.DagsterInstance, run: dg.DagsterRun, catalog: Catalog)
     records = instance.get_records_for_run(
         run.run_id,
         of_type={
-            DagsterEventType.ASSET_MATERIALIZATION_PLANNED,
-            DagsterEventType.ASSET_MATERIALIZATION,
-            DagsterEventType.STEP_FAILURE,
-            DagsterEventType.ASSET_CHECK_EVALUATION,
-            DagsterEventType.RUN_FAILURE,
+            dg.DagsterEventType.ASSET_MATERIALIZATION_PLANNED,
+            dg.DagsterEventType.ASSET_MATERIALIZATION,
+            dg.DagsterEventType.STEP_FAILURE,
+            dg.DagsterEventType.ASSET_CHECK_EVALUATION,
+            dg.DagsterEventType.RUN_FAILURE,
         },
     ).records
     for record in records:
@@ -86,7 +85,7 @@ def read_run(instance: dg.DagsterInstance, run: dg.DagsterRun, catalog: Catalog)
         if event is None:
             continue
         data = event.event_specific_data
-        if event.event_type == DagsterEventType.ASSET_MATERIALIZATION_PLANNED:
+        if event.event_type == dg.DagsterEventType.ASSET_MATERIALIZATION_PLANNED:
             stage = _stage_of(catalog, data.asset_key)  # type: ignore[union-attr]
             if stage is None:
                 continue
@@ -100,21 +99,21 @@ def read_run(instance: dg.DagsterInstance, run: dg.DagsterRun, catalog: Catalog)
                 night.planned.add(name)
                 if event.step_key:
                     step_stages[event.step_key].append((night, name))
-        elif event.event_type == DagsterEventType.ASSET_MATERIALIZATION:
+        elif event.event_type == dg.DagsterEventType.ASSET_MATERIALIZATION:
             materialization = event.step_materialization_data.materialization
             stage = _stage_of(catalog, materialization.asset_key)
             if stage and materialization.partition and (stage[0], materialization.partition) in nights:
                 nights[(stage[0], materialization.partition)].materialized.add(stage[1])
-        elif event.event_type == DagsterEventType.STEP_FAILURE:
+        elif event.event_type == dg.DagsterEventType.STEP_FAILURE:
             failure_data = event.step_failure_data
             failures.append(
                 (
                     event.step_key or "",
                     stage_error(failure_data.error, failure_data.user_failure_data),
-                    failure_data.error_source == ErrorSource.INTERRUPT,
+                    was_interrupted(failure_data),
                 )
             )
-        elif event.event_type == DagsterEventType.RUN_FAILURE:
+        elif event.event_type == dg.DagsterEventType.RUN_FAILURE:
             error = getattr(data, "error", None)
             run_error = stage_error(error, None) if error else (event.message or None)
         else:
@@ -173,3 +172,10 @@ def _planned_partitions(data: object, run: dg.DagsterRun) -> list[str]:
         return [str(k) for k in subset.get_partition_keys()]
     tagged = run.tags.get(PARTITION_TAG)
     return [tagged] if tagged else []
+
+
+def was_interrupted(failure_data: Any) -> bool:
+    """A step failure that was the run being cancelled (Dagster's ErrorSource.INTERRUPT; the enum
+    is not public, its value is)."""
+    source = getattr(failure_data, "error_source", None)
+    return getattr(source, "value", None) == "INTERRUPT"

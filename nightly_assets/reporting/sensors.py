@@ -6,8 +6,9 @@ a schedule, the CLI, an asset group's "Materialize", a UI backfill or a re-execu
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import dagster as dg
-from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
 
 from nightly_assets.catalog.models import Catalog
 from nightly_assets.partitions import partition_key
@@ -24,6 +25,9 @@ from nightly_assets.reporting.follow_up import (
 )
 from nightly_assets.reporting.resources import NotifierResource
 from nightly_assets.warehouse.resources import WarehouseResource
+
+if TYPE_CHECKING:  # what dg.define_asset_job returns; the class is not exported
+    from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
 
 REPAIR_TAG = "nightly/repair_of"
 FOLLOW_UP_INTERVAL_S = 10  # how soon after a run ends its alerts go out (cheap: a cursor query)
