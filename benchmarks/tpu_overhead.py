@@ -81,11 +81,11 @@ def _resource(api: FakeTpuApi, server: sshd_peer.Sshd, tmp: Path) -> TpuVmResour
         credentials="anonymous",
         ssh_user=getpass.getuser(),
         ssh_port=server.port,
-        ready_timeout_s=60.0,
-        poll_interval_s=0.1,
-        delete_timeout_s=10.0,
+        ready_timeout_s="60",
+        poll_interval_s="0.1",
+        delete_timeout_s="10",
         api_timeout_s=10.0,
-        ssh_connect_timeout_s=5.0,
+        ssh_connect_timeout_s="5",
         remote_root=str(tmp / "vm"),
     )
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
+import pydantic
 
 from nightly_assets.artefacts.serve import serve_artefacts
 from nightly_assets.catalog.loader import CatalogError, catalog_dir, load_catalog
@@ -89,7 +90,7 @@ def _resources(warehouse_retry_s: float | None = None) -> Iterator[Any]:
     definitions = resources_for(nightly_env(), nightly_home())
     if warehouse_retry_s is not None:
         definitions["warehouse"] = WarehouseResource(
-            url=definitions["warehouse"].url, retry_s=warehouse_retry_s
+            url=definitions["warehouse"].url, retry_s=f"{warehouse_retry_s:g}"
         )
     unset = sorted(name for name in env_var_names(definitions) if not os.environ.get(name))
     if unset:
@@ -99,6 +100,11 @@ def _resources(warehouse_retry_s: float | None = None) -> Iterator[Any]:
             yield resources
     except dg.DagsterInvalidConfigError as exc:
         raise SettingsError(f"resources ({nightly_env()}): {_config_error(exc)}") from None
+    except dg.DagsterResourceFunctionError as exc:
+        # A value a resource's checks refuse (NIGHTLY_BATCH_KIND=pbs, a malformed runner pool file).
+        if not isinstance(exc.__cause__, ValueError):
+            raise
+        raise SettingsError(f"resources ({nightly_env()}): {_value_error(exc.__cause__)}") from None
 
 
 def _unset_message(names: list[str]) -> str:
@@ -114,6 +120,16 @@ def _config_error(exc: dg.DagsterInvalidConfigError) -> str:
     if unset:
         return _unset_message(unset)
     return "; ".join(" ".join(m.split("Stack Trace")[0].split()) for m in messages)
+
+
+def _value_error(exc: ValueError) -> str:
+    """One line: `Resource: field: message` for each field pydantic refused, or the message."""
+    if isinstance(exc, pydantic.ValidationError):
+        fields = (
+            f"{'.'.join(map(str, e['loc']))}: {e['msg'].removeprefix('Value error, ')}" for e in exc.errors()
+        )
+        return f"{exc.title}: " + "; ".join(fields)
+    return str(exc)
 
 
 def _sigterm_as_interrupt() -> None:

@@ -1,4 +1,7 @@
-"""The two resource sets: `local` does the real work on this machine, `prod` talks to the services."""
+"""The two resource sets: `local` does the real work on this machine, `prod` talks to the services.
+
+Each NIGHTLY_* setting reaches its resource field as a `dg.EnvVar` (`env_settings`): the UI and run
+config show the variable's name, each run reads its value, and an unset one keeps the default."""
 
 from __future__ import annotations
 
@@ -10,31 +13,32 @@ import dagster as dg
 from dagster_gcp import GCSResource
 from dagster_slack import SlackResource
 
-from nightly_assets.artefacts.resources import (
-    DEFAULT_BASE_URL,
-    ArtefactStoreResource,
-    GcsArtefactStoreResource,
-)
-from nightly_assets.batch.resources import batch_scheduler_from_env
+from nightly_assets.artefacts.resources import ArtefactStoreResource, GcsArtefactStoreResource
+from nightly_assets.batch.resources import BatchSchedulerResource
 from nightly_assets.builds.resources import PythonBuildResource
-from nightly_assets.containers.config import registries_from_env, runner_pool_from_env
-from nightly_assets.github.resources import github_from_env
-from nightly_assets.rbe.resources import bazel_rbe_from_env
+from nightly_assets.containers.resources import (
+    ContainerRegistriesResource,
+    DockerRunnerPoolResource,
+    RegistryEndpoint,
+)
+from nightly_assets.github.resources import GitHubResource
+from nightly_assets.rbe.resources import DEFAULT_MAX_IDLE_SECS, BazelRbeResource, RemoteSettings
 from nightly_assets.release.resources import LocalPackageIndexResource
 from nightly_assets.reporting.resources import FileNotifierResource, SlackNotifierResource
-from nightly_assets.settings import Env
+from nightly_assets.settings import Env, env_settings
 from nightly_assets.sources.resources import GitSourcesResource
 from nightly_assets.testing.resources import LocalTestRunnerResource
-from nightly_assets.tpu.resources import tpu_vms_from_env
+from nightly_assets.tpu.resources import TpuVmResource
 from nightly_assets.warehouse.resources import WarehouseResource
-from nightly_assets.warehouse.store import RETRY_S
 
 WAREHOUSE_URL_VAR = "NIGHTLY_WAREHOUSE_URL"
 ARTEFACTS_BUCKET_VAR = "NIGHTLY_ARTEFACTS_BUCKET"
+REGISTRY_ROLES = ("ecr", "acr")
 
 
 def resources_for(env: Env, home: Path) -> dict[str, Any]:
-    # The URL may carry a password: hand Dagster the variable's name, never its value.
+    # The URL may carry a password: hand Dagster the variable's name, never its value. In prod it
+    # is required, so an unset one fails the run naming it rather than falling back to SQLite.
     warehouse_url: Any = (
         dg.EnvVar(WAREHOUSE_URL_VAR)
         if os.environ.get(WAREHOUSE_URL_VAR) or env == "prod"
@@ -44,47 +48,112 @@ def resources_for(env: Env, home: Path) -> dict[str, Any]:
         "git": GitSourcesResource(cache_dir=str(home / "git")),
         "artefacts": artefact_store(env, home),
         "warehouse": WarehouseResource(
-            url=warehouse_url, retry_s=float(os.environ.get("NIGHTLY_WAREHOUSE_RETRY_S") or RETRY_S)
+            url=warehouse_url, **env_settings(retry_s="NIGHTLY_WAREHOUSE_RETRY_S")
         ),
         "builder": PythonBuildResource(toolchain_dir=str(home / "toolchain")),
         "test_runner": LocalTestRunnerResource(),
         "package_index": LocalPackageIndexResource(root=str(home / "index")),
         "notifier": FileNotifierResource(path=str(home / "alerts.jsonl")),
-        "docker_pool": runner_pool_from_env(),
-        "registries": registries_from_env(),
-        "batch": batch_scheduler_from_env(home),
-        "bazel_rbe": bazel_rbe_from_env(home),
-        "tpu_vms": tpu_vms_from_env(),
-        "github": github_from_env(),
+        "docker_pool": DockerRunnerPoolResource(
+            **env_settings(pool_file="NIGHTLY_RUNNER_POOL", base_image="NIGHTLY_BASE_IMAGE"),
+            base_images=env_settings(amd64="NIGHTLY_BASE_IMAGE_AMD64", arm64="NIGHTLY_BASE_IMAGE_ARM64"),
+        ),
+        "registries": ContainerRegistriesResource(
+            registries=registry_endpoints(),
+            **env_settings(backoff_s="NIGHTLY_REGISTRY_BACKOFF_S"),
+        ),
+        "batch": BatchSchedulerResource(
+            **env_settings(
+                {"spool_dir": str(home / "batch"), "release_root": str(home / "releases")},
+                kind="NIGHTLY_BATCH_KIND",
+                spool_dir="NIGHTLY_BATCH_SPOOL",
+                release_root="NIGHTLY_RELEASE_ROOT",
+                poll_interval_s="NIGHTLY_BATCH_POLL_S",
+                queue="NIGHTLY_BATCH_QUEUE",
+                account="NIGHTLY_BATCH_ACCOUNT",
+            )
+        ),
+        "bazel_rbe": BazelRbeResource(
+            **env_settings(
+                {"output_user_root": str(home / "bazel"), "max_idle_secs": DEFAULT_MAX_IDLE_SECS},
+                output_user_root="NIGHTLY_BAZEL_OUTPUT_ROOT",
+                max_idle_secs="NIGHTLY_BAZEL_MAX_IDLE_SECS",
+            ),
+            remote=RemoteSettings(
+                **env_settings(
+                    executor="NIGHTLY_RBE_EXECUTOR",
+                    cache="NIGHTLY_RBE_CACHE",
+                    instance_name="NIGHTLY_RBE_INSTANCE",
+                ),
+                # A secret: the variable's name, read when Bazel starts.
+                header_envs={"authorization": "NIGHTLY_RBE_TOKEN"}
+                if os.environ.get("NIGHTLY_RBE_TOKEN")
+                else {},
+            ),
+        ),
+        "tpu_vms": TpuVmResource(
+            **env_settings(
+                project="NIGHTLY_TPU_PROJECT",
+                api_endpoint="NIGHTLY_TPU_API_ENDPOINT",
+                credentials="NIGHTLY_TPU_CREDENTIALS",
+                ssh_user="NIGHTLY_TPU_SSH_USER",
+                ssh_port="NIGHTLY_TPU_SSH_PORT",
+                remote_root="NIGHTLY_TPU_REMOTE_ROOT",
+                poll_interval_s="NIGHTLY_TPU_POLL_S",
+                ready_timeout_s="NIGHTLY_TPU_READY_TIMEOUT_S",
+                use_queued_resource="NIGHTLY_TPU_QUEUED",
+                delete_timeout_s="NIGHTLY_TPU_DELETE_TIMEOUT_S",
+                ssh_connect_timeout_s="NIGHTLY_TPU_SSH_CONNECT_TIMEOUT_S",
+                create_retry_s="NIGHTLY_TPU_CREATE_RETRY_S",
+            )
+        ),
+        "github": GitHubResource(
+            **env_settings(api_url="NIGHTLY_GITHUB_API_URL", token="NIGHTLY_GITHUB_TOKEN")  # noqa: S106  # a name
+        ),
     }
     if env == "prod":
         resources["notifier"] = SlackNotifierResource(
             slack=SlackResource(token=dg.EnvVar("SLACK_BOT_TOKEN")),
-            api_url=os.environ.get("NIGHTLY_SLACK_API_URL") or None,
+            **env_settings(api_url="NIGHTLY_SLACK_API_URL"),
         )
     return resources
+
+
+def registry_endpoints() -> dict[str, RegistryEndpoint]:
+    """A role for each NIGHTLY_REGISTRY_<ROLE>_URL that is set; its password by the variable's name."""
+    endpoints = {}
+    for role in REGISTRY_ROLES:
+        prefix = f"NIGHTLY_REGISTRY_{role.upper()}_"
+        if not os.environ.get(prefix + "URL"):
+            continue
+        endpoints[role] = RegistryEndpoint(
+            **env_settings(
+                url=prefix + "URL",
+                username=prefix + "USERNAME",
+                ca_cert=prefix + "CA_CERT",
+                namespace=prefix + "NAMESPACE",
+                auth=prefix + "AUTH",
+                aws_region=prefix + "AWS_REGION",
+                aws_endpoint_url=prefix + "AWS_ENDPOINT_URL",
+            ),
+            password_env=prefix + "PASSWORD" if os.environ.get(prefix + "PASSWORD") else None,
+        )
+    return endpoints
 
 
 def artefact_store(env: Env, home: Path) -> ArtefactStoreResource:
     """Local folders served by `nightly serve`; in prod (or with a bucket set) GCS via dagster-gcp."""
     root = str(home / "artefacts")
     if env != "prod" and not os.environ.get(ARTEFACTS_BUCKET_VAR):
-        return ArtefactStoreResource(
-            root=root, base_url=os.environ.get("NIGHTLY_ARTEFACTS_URL") or DEFAULT_BASE_URL
-        )
-    optional: dict[str, Any] = {  # pydantic converts the numbers
-        name: os.environ[var]
-        for name, var in (
-            ("prefix", "NIGHTLY_ARTEFACTS_PREFIX"),
-            ("base_url", "NIGHTLY_ARTEFACTS_URL"),
-            ("browse_url", "NIGHTLY_ARTEFACTS_BROWSE_URL"),
-            ("upload_deadline_s", "NIGHTLY_ARTEFACTS_UPLOAD_DEADLINE_S"),
-        )
-        if os.environ.get(var)
-    }
+        return ArtefactStoreResource(root=root, **env_settings(base_url="NIGHTLY_ARTEFACTS_URL"))
     return GcsArtefactStoreResource(
         root=root,
-        gcs=GCSResource(project=os.environ.get("NIGHTLY_GCP_PROJECT") or None),
+        gcs=GCSResource(**env_settings(project="NIGHTLY_GCP_PROJECT")),
         bucket=dg.EnvVar(ARTEFACTS_BUCKET_VAR),
-        **optional,
+        **env_settings(
+            prefix="NIGHTLY_ARTEFACTS_PREFIX",
+            base_url="NIGHTLY_ARTEFACTS_URL",
+            browse_url="NIGHTLY_ARTEFACTS_BROWSE_URL",
+            upload_deadline_s="NIGHTLY_ARTEFACTS_UPLOAD_DEADLINE_S",
+        ),
     )

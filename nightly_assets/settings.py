@@ -1,12 +1,16 @@
-"""Where the embedded default keeps its state, and which resource set (local or prod) is in force."""
+"""Where the embedded default keeps its state, which resource set (local or prod) is in force, and
+how the NIGHTLY_* variables reach the resources: as `dg.EnvVar`s, read by each run."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
 
 import dagster as dg
+from dagster._config.field_utils import IntEnvVar
+from pydantic import AfterValidator, ValidatorFunctionWrapHandler, WrapValidator
 
 Env = Literal["local", "prod"]
 
@@ -36,3 +40,51 @@ def env_var_names(config: object) -> set[str]:
     if isinstance(config, list):
         return set().union(*(env_var_names(value) for value in config))
     return set()
+
+
+def env_settings(defaults: Mapping[str, Any] | None = None, /, **fields: str) -> dict[str, Any]:
+    """`field=VARIABLE` as `{field: dg.EnvVar(VARIABLE)}`, for each variable that is set (not ""),
+    over `defaults`. The UI and run config show `{env: VARIABLE}` and each run reads the value; an
+    unset variable is left out, so the field keeps its default (an EnvVar of an unset variable
+    would fail the run)."""
+    variables = {field: dg.EnvVar(name) for field, name in fields.items() if os.environ.get(name)}
+    return {**(defaults or {}), **variables}
+
+
+def _defer_env_var(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    return value if isinstance(value, dg.EnvVar | IntEnvVar) else handler(value)
+
+
+# For a field that is not a str: until a run resolves it, a dg.EnvVar holds the variable's name,
+# so the field's type and checks apply to the value the run reads, not to the name.
+FromEnv = WrapValidator(_defer_env_var)
+
+
+def one_of(*choices: str) -> AfterValidator:
+    """A str field's check that it is one of `choices` (a Literal field takes no `{env: NAME}`)."""
+
+    def check(value: str) -> str:
+        if value not in choices:
+            raise ValueError(f"{value!r}: expected " + " or ".join(repr(c) for c in choices))
+        return value
+
+    return AfterValidator(check)
+
+
+def _seconds(positive: bool) -> AfterValidator:
+    def check(text: str) -> str:
+        try:
+            value = float(text)
+        except ValueError:
+            value = float("nan")
+        if not (value > 0 if positive else value >= 0):
+            raise ValueError(f"{text!r}: expected a number of seconds {'> 0' if positive else '>= 0'}")
+        return text
+
+    return AfterValidator(check)
+
+
+# Durations a variable may set. Dagster reads `{env: NAME}` into str, int and bool fields but not
+# floats, so these are the number's text, checked when the resource is built and read with float().
+Seconds = Annotated[str, _seconds(positive=False), FromEnv]
+PositiveSeconds = Annotated[str, _seconds(positive=True), FromEnv]

@@ -163,7 +163,7 @@ def test_a_store_that_cannot_upload_names_the_file_and_the_bucket(tmp_path, monk
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{free_port()}")
     monkeypatch.setenv("NO_GCE_CHECK", "True")
     store = GcsArtefactStoreResource(
-        root=str(tmp_path), gcs=GCSResource(project="p"), bucket="b", upload_deadline_s=1
+        root=str(tmp_path), gcs=GCSResource(project="p"), bucket="b", upload_deadline_s="1"
     )
     stage = store.stage_dir(FAILED_NIGHT, "tests_unit")
     (stage / "junit.xml").write_text("<testsuite/>")

@@ -51,7 +51,7 @@ TOY = toy_benchmark_argv(0.4)  # long enough for jobs to overlap
 @pytest.fixture
 def batch(tmp_path: Path) -> Iterator[BatchSchedulerResource]:
     resource = BatchSchedulerResource(
-        spool_dir=str(tmp_path / "spool"), poll_interval_s=0.05, kill_grace_s=0.5
+        spool_dir=str(tmp_path / "spool"), poll_interval_s="0.05", kill_grace_s=0.5
     )
     yield resource
     # No job of a test outlives it, whatever the test did.
@@ -139,10 +139,10 @@ def test_walltime_exceeded_kills_the_whole_process_group(
 
 def test_another_resource_instance_polls_a_job_submitted_earlier(tmp_path: Path) -> None:
     spool = str(tmp_path / "spool")
-    first = BatchSchedulerResource(spool_dir=spool, poll_interval_s=0.05)
+    first = BatchSchedulerResource(spool_dir=spool, poll_interval_s="0.05")
     job_id = first.submit("later", ["sh", "-c", "sleep 0.3; echo from the past"], walltime=WALLTIME)
     del first  # the orchestrator restarts
-    second = BatchSchedulerResource(spool_dir=spool, poll_interval_s=0.05)
+    second = BatchSchedulerResource(spool_dir=spool, poll_interval_s="0.05")
     status = second.wait(job_id)
     assert status.state == "done"
     assert second.output(job_id).stdout.read_text() == "from the past\n"
@@ -224,7 +224,7 @@ def test_resource_runs_a_job_inside_a_dagster_asset(tmp_path: Path) -> None:
         require_output(result, "session ok")
         return result.job_id
 
-    resource = BatchSchedulerResource(spool_dir=str(tmp_path / "spool"), poll_interval_s=0.05)
+    resource = BatchSchedulerResource(spool_dir=str(tmp_path / "spool"), poll_interval_s="0.05")
     outcome = dg.materialize([sanity_job], resources={"batch": resource})
     job_id = outcome.output_for_node("sanity_job")
     assert resource.status(job_id).state == "done"

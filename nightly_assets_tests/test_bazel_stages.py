@@ -12,6 +12,7 @@ import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import dagster as dg
 import pytest
 import yaml
 
@@ -126,7 +127,8 @@ def night(
 
     yield run
     # The stages build in the output base they share across nights; a bootstrap in the checkout's own.
-    bazel_rbe = resources_for("local", catalog_nights.home)["bazel_rbe"]
+    with dg.build_resources({"bazel_rbe": resources_for("local", catalog_nights.home)["bazel_rbe"]}) as built:
+        bazel_rbe = built.bazel_rbe  # NIGHTLY_BAZEL_OUTPUT_ROOT resolved, as a run resolves it
     root = bazel_peer.output_user_root
     for key in catalog_nights.keys:
         for checkout in (

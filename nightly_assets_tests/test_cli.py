@@ -144,6 +144,15 @@ def test_prod_without_its_settings_names_them(dagster_home, monkeypatch, capsys)
     )
 
 
+def test_a_bad_setting_is_one_line_naming_the_resource_and_field(dagster_home, monkeypatch, capsys):
+    monkeypatch.setenv("NIGHTLY_BATCH_KIND", "pbs")
+    assert main(["status"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        "nightly: resources (local): BatchSchedulerResource: kind: 'pbs': expected 'local' or 'slurm'"
+    )
+
+
 @pytest.mark.slow
 def test_a_killed_night_is_repaired_by_the_sensor_and_the_next_run_says_so(
     dagster_home, nightly_home, tmp_path, monkeypatch, capsys

@@ -9,6 +9,7 @@ definitions load and their resources resolve.
 """
 
 import datetime as dt
+import re
 
 import dagster as dg
 import pytest
@@ -160,3 +161,152 @@ def test_prod_definitions_load_and_their_resources_resolve(tmp_path):
             assert isinstance(resources.artefacts, GcsArtefactStoreResource)
             assert resources.artefacts.bucket == "nightly-artefacts"
             assert resources.warehouse.store().nights() == []
+
+
+# -- settings: NIGHTLY_* variables reach the resources as dg.EnvVar --------------------------------
+
+# Distinctive values: none of them may show up in the resources' config, only the variables' names.
+SETTINGS = {
+    "NIGHTLY_BATCH_KIND": "slurm",
+    "NIGHTLY_BATCH_POLL_S": "7.25",
+    "NIGHTLY_TPU_SSH_PORT": "2222",
+    "NIGHTLY_TPU_QUEUED": "true",
+    "NIGHTLY_REGISTRY_ACR_URL": "https://acr.example:5443",
+    "NIGHTLY_REGISTRY_ACR_AUTH": "ecr",
+    "NIGHTLY_BASE_IMAGE_ARM64": "arm64-base/python:probe",
+    "NIGHTLY_BAZEL_MAX_IDLE_SECS": "4321",
+    "NIGHTLY_WAREHOUSE_RETRY_S": "12.5",
+}
+
+
+def _read_settings(resources: dict) -> dict:
+    """What a run's resources see: materialize an asset that reads them."""
+    from nightly_assets.batch.resources import BatchSchedulerResource
+    from nightly_assets.containers.resources import ContainerRegistriesResource, DockerRunnerPoolResource
+    from nightly_assets.rbe.resources import BazelRbeResource
+    from nightly_assets.tpu.resources import TpuVmResource
+    from nightly_assets.warehouse.resources import WarehouseResource
+
+    seen: dict = {}
+
+    @dg.asset
+    def probe(
+        batch: BatchSchedulerResource,
+        tpu_vms: TpuVmResource,
+        registries: ContainerRegistriesResource,
+        docker_pool: DockerRunnerPoolResource,
+        bazel_rbe: BazelRbeResource,
+        warehouse: WarehouseResource,
+    ) -> None:
+        tpu = tpu_vms.settings()
+        seen.update(
+            kind=batch.kind,
+            poll_s=batch.poll_s(),
+            ssh_port=tpu.ssh_port,
+            queued=tpu.use_queued_resource,
+            roles={
+                role: (registries.endpoint(role).url, registries.endpoint(role).auth)
+                for role in registries.roles()
+            },
+            arm64_base=docker_pool.base_image_for("arm64"),
+            max_idle_secs=bazel_rbe.max_idle_secs,
+            retry_s=float(warehouse.retry_s),
+        )
+
+    wanted = ("batch", "tpu_vms", "registries", "docker_pool", "bazel_rbe", "warehouse")
+    assert dg.materialize([probe], resources={name: resources[name] for name in wanted}).success
+    return seen
+
+
+def test_a_set_variable_reaches_its_resource_by_name_and_the_run_reads_its_value(tmp_path):
+    from nightly_assets.resources import resources_for
+    from nightly_assets.settings import env_var_names
+
+    with clean_nightly_env(tmp_path / "home", **SETTINGS) as env:
+        resources = resources_for("local", tmp_path / "home")
+        assert env_var_names(resources) == set(SETTINGS)
+        config = {name: resource._convert_to_config_dictionary() for name, resource in resources.items()}
+        assert config["batch"]["kind"] == {"env": "NIGHTLY_BATCH_KIND"}
+        assert config["registries"]["registries"]["acr"]["url"] == {"env": "NIGHTLY_REGISTRY_ACR_URL"}
+        assert config["docker_pool"]["base_images"] == {"arm64": {"env": "NIGHTLY_BASE_IMAGE_ARM64"}}
+        for value in SETTINGS.values():
+            assert value not in repr(config), f"{value} is in the resources' config"
+        env.setenv("NIGHTLY_BATCH_POLL_S", "9.5")  # after the definitions loaded: the run reads it
+        seen = _read_settings(resources)
+    assert seen == {
+        "kind": "slurm",
+        "poll_s": 9.5,
+        "ssh_port": 2222,
+        "queued": True,
+        "roles": {"acr": ("https://acr.example:5443", "ecr")},
+        "arm64_base": "arm64-base/python:probe",
+        "max_idle_secs": 4321,
+        "retry_s": 12.5,
+    }
+
+
+def test_an_unset_or_empty_variable_keeps_the_resource_default(tmp_path):
+    from nightly_assets.containers.resources import DEFAULT_BASE_IMAGE
+    from nightly_assets.resources import resources_for
+    from nightly_assets.settings import env_var_names
+
+    # docker-compose gives the containers every optional setting, "" when it is unset.
+    with clean_nightly_env(tmp_path / "home", **dict.fromkeys(SETTINGS, "")):
+        resources = resources_for("local", tmp_path / "home")
+        assert env_var_names(resources) == set()
+        seen = _read_settings(resources)
+    assert seen == {
+        "kind": "local",
+        "poll_s": 0.5,
+        "ssh_port": 22,
+        "queued": False,
+        "roles": {},
+        "arm64_base": DEFAULT_BASE_IMAGE,
+        "max_idle_secs": 900,
+        "retry_s": 60.0,
+    }
+
+
+@pytest.mark.parametrize(
+    ("settings", "resource", "message"),
+    [
+        ({"NIGHTLY_BATCH_KIND": "pbs"}, "batch", r"kind\n  Value error, 'pbs': expected 'local' or 'slurm'"),
+        (
+            {"NIGHTLY_REGISTRY_ECR_URL": "https://ecr.example", "NIGHTLY_REGISTRY_ECR_AUTH": "token"},
+            "registries",
+            r"registries\.ecr\.auth\n  Value error, 'token': expected 'basic' or 'ecr'",
+        ),
+        (
+            {"NIGHTLY_TPU_POLL_S": "soon"},
+            "tpu_vms",
+            r"poll_interval_s\n  Value error, 'soon': expected a number",
+        ),
+        (
+            {"NIGHTLY_TPU_SSH_PORT": "ssh"},
+            "tpu_vms",
+            r'env variable "NIGHTLY_TPU_SSH_PORT" cannot be coerced',
+        ),
+        (
+            {"NIGHTLY_RUNNER_POOL": "{pool}"},
+            "docker_pool",
+            r"runner pool file .*pool\.yaml \(pool_file, NIGHTLY_RUNNER_POOL\): expected a mapping",
+        ),
+        (
+            {"NIGHTLY_RUNNER_POOL": "{bad_host}"},
+            "docker_pool",
+            r"\(pool_file, NIGHTLY_RUNNER_POOL\): hosts\.gpu: .*\ngpu_vendor\n  Input should be 'none'",
+        ),
+    ],
+)
+def test_a_bad_value_fails_the_run_naming_the_field_or_variable(tmp_path, settings, resource, message):
+    from nightly_assets.resources import resources_for
+
+    (tmp_path / "pool.yaml").write_text("- not\n- a mapping\n")
+    (tmp_path / "bad_host.yaml").write_text("hosts:\n  gpu: {gpu_vendor: intel}\n")
+    files = {"pool": str(tmp_path / "pool.yaml"), "bad_host": str(tmp_path / "bad_host.yaml")}
+    settings = {name: value.format(**files) for name, value in settings.items()}
+    with clean_nightly_env(tmp_path / "home", **settings):
+        resources = resources_for("local", tmp_path / "home")  # loads: the run reads the values
+        with pytest.raises(dg.DagsterError) as raised, dg.build_resources({resource: resources[resource]}):
+            pass
+    assert re.search(message, f"{raised.value}\n{raised.value.__cause__}"), raised.value.__cause__

@@ -38,6 +38,7 @@ from dagster._serdes.config_class import ConfigurableClassData
 from dagster_docker import DockerRunLauncher
 from dagster_docker.docker_run_launcher import DOCKER_CONTAINER_ID_TAG
 
+from nightly_assets.resources import resources_for
 from nightly_assets.settings import env_var_names
 from nightly_assets_tests.peers.docker import DockerEngine
 
@@ -333,6 +334,30 @@ def test_every_setting_the_code_reads_reaches_the_run_containers(compose_config:
     assert read <= launcher_names, f"run containers never get {sorted(read - launcher_names)}"
     daemon_env = compose_config["services"]["daemon"]["environment"]
     assert read <= set(daemon_env), f"the daemon has no {sorted(read - set(daemon_env))}"
+
+
+class _EveryVariableSet(dict[str, str]):
+    """`os.environ` as if every variable were set: the resources then wire every setting they read."""
+
+    def get(self, key: str, default: Any = None) -> str:  # type: ignore[override]
+        return "set"
+
+
+@pytest.mark.parametrize("env", ["local", "prod"])
+def test_every_variable_the_resources_read_reaches_the_run_containers(
+    env: str, compose_config: dict[str, Any], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The code server wires a setting as `{env: NAME}` when NAME is set in its environment, and the
+    run reads NAME in its own container: a name the run containers lack fails the run."""
+    with monkeypatch.context() as everything_set:
+        everything_set.setattr(os, "environ", _EveryVariableSet(os.environ))
+        names = env_var_names(resources_for(env, tmp_path))  # type: ignore[arg-type]
+    assert {"NIGHTLY_RUNNER_POOL", "NIGHTLY_REGISTRY_ACR_AUTH", "NIGHTLY_BASE_IMAGE_ARM64"} <= names
+    launcher_names = set(_env_var_names(_launcher_config()["env_vars"]))
+    assert names <= launcher_names, f"run containers never get {sorted(names - launcher_names)}"
+    for service in ("daemon", USER_CODE):
+        environment = set(compose_config["services"][service]["environment"])
+        assert names <= environment, f"{service} has no {sorted(names - environment)}"
 
 
 # -- a real instance on PostgreSQL ----------------------------------------------------------------

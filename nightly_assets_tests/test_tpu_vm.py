@@ -70,11 +70,11 @@ def make_vms(tpu_api: FakeTpuApi, sshd: Sshd, tmp_path: Path):
             "credentials": "anonymous",
             "ssh_user": getpass.getuser(),
             "ssh_port": sshd.port,
-            "ready_timeout_s": 10.0,
-            "poll_interval_s": 0.1,
-            "delete_timeout_s": 10.0,
+            "ready_timeout_s": "10",
+            "poll_interval_s": "0.1",
+            "delete_timeout_s": "10",
             "api_timeout_s": 10.0,
-            "ssh_connect_timeout_s": 5.0,
+            "ssh_connect_timeout_s": "5",
             "remote_root": str(tmp_path / "vm"),
         }
         return TpuVmResource(**{**config, **overrides})
@@ -344,7 +344,7 @@ def test_a_node_that_never_gets_ready_is_deleted_after_the_timeout(
     tmp_path,
 ) -> None:
     tpu_api.never_ready = True
-    outcome = make_vms(ready_timeout_s=0.5).run_suite(
+    outcome = make_vms(ready_timeout_s="0.5").run_suite(
         target, pytest_suite(suite_file), run_id=RUN_ID, night=NIGHT, out_dir=tmp_path / "out"
     )
     assert outcome.reason == "not_ready"
@@ -370,7 +370,7 @@ def test_a_quota_error_names_zone_and_accelerator_and_leaves_nothing(
     else:
         tpu_api.quota_in_operation = True
     with pytest.raises(TpuQuotaError, match=r"v6e-1 in zone us-central1-b") as raised:
-        make_vms(create_retry_s=1).run_suite(
+        make_vms(create_retry_s="1").run_suite(
             target, pytest_suite(suite_file), run_id=RUN_ID, night=NIGHT, out_dir=tmp_path
         )
     outcome = raised.value.tpu_outcome  # type: ignore[attr-defined]
@@ -391,7 +391,7 @@ def test_a_create_answered_429_is_asked_again_until_it_goes_through(
     make_vms, tpu_api: FakeTpuApi, target, tmp_path
 ) -> None:
     tpu_api.rate_limited_creates = 2  # "Too many requests; retry later", twice
-    outcome = make_vms(create_retry_s=30).run_suite(
+    outcome = make_vms(create_retry_s="30").run_suite(
         target, TpuSuite(argv=["true"]), run_id=RUN_ID, night=NIGHT, out_dir=tmp_path / "out"
     )
     assert outcome.completed and outcome.exit_code == 0
@@ -407,7 +407,7 @@ def test_a_429_that_outlasts_the_retry_budget_is_a_quota_error_naming_the_attemp
 ) -> None:
     tpu_api.rate_limited_creates = 100
     with pytest.raises(TpuQuotaError, match=r"asked \d+ times over 2 s\)\); nothing was created"):
-        make_vms(create_retry_s=2).run_suite(
+        make_vms(create_retry_s="2").run_suite(
             target, TpuSuite(argv=["true"]), run_id=RUN_ID, night=NIGHT, out_dir=tmp_path / "out"
         )
     assert_no_vm_left(tpu_api)
@@ -462,7 +462,7 @@ def test_a_delete_that_keeps_failing_keeps_the_results_and_the_sweeper_gets_the_
 ) -> None:
     tpu_api.delete_unavailable = True
     suite = TpuSuite(argv=["true"])
-    outcome = make_vms(api_timeout_s=0.3, delete_timeout_s=1).run_suite(
+    outcome = make_vms(api_timeout_s=0.3, delete_timeout_s="1").run_suite(
         target, suite, run_id="lost-run", night=NIGHT, out_dir=tmp_path / "out"
     )
     assert outcome.completed and outcome.exit_code == 0  # the suite's results stand
@@ -595,18 +595,23 @@ def test_the_start_of_run_sweep_takes_only_vms_of_runs_this_instance_saw_end(
 # -- unit: catalog params, labels ------------------------------------------------------------
 
 
-def test_the_tpu_timeouts_are_settable_from_the_environment(monkeypatch) -> None:
-    from nightly_assets.tpu.resources import tpu_vms_from_env
+def test_the_tpu_timeouts_are_settable_from_the_environment(monkeypatch, tmp_path) -> None:
+    from nightly_assets.resources import resources_for
 
     monkeypatch.setenv("NIGHTLY_TPU_DELETE_TIMEOUT_S", "1200")
     monkeypatch.setenv("NIGHTLY_TPU_SSH_CONNECT_TIMEOUT_S", "45")
     monkeypatch.setenv("NIGHTLY_TPU_CREATE_RETRY_S", "90")
-    settings = tpu_vms_from_env().settings()
+    monkeypatch.setenv("NIGHTLY_TPU_QUEUED", "true")
+    monkeypatch.delenv("NIGHTLY_TPU_POLL_S", raising=False)
+    with dg.build_resources({"tpu_vms": resources_for("local", tmp_path)["tpu_vms"]}) as resources:
+        settings = resources.tpu_vms.settings()
     assert (settings.delete_timeout_s, settings.ssh_connect_timeout_s, settings.create_retry_s) == (
         1200,
         45,
         90,
     )
+    assert settings.use_queued_resource is True
+    assert settings.poll_interval_s == 10  # unset: the resource's default
 
 
 def test_target_params_are_checked_and_named() -> None:

@@ -21,6 +21,7 @@ from google.cloud.storage.retry import DEFAULT_RETRY
 from pydantic import Field
 
 from nightly_assets.results import NightKey
+from nightly_assets.settings import Seconds
 
 MANIFEST = "manifest.json"
 DEFAULT_BASE_URL = "http://127.0.0.1:3001"
@@ -122,7 +123,7 @@ class GcsArtefactStoreResource(ArtefactStoreResource):
         default="https://console.cloud.google.com/storage/browser",
         description="Where a stage's folder is listed: `{browse_url}/{bucket}/{prefix}/...`.",
     )
-    upload_deadline_s: float = Field(default=120.0, description="Retries of one upload stop after this.")
+    upload_deadline_s: Seconds = Field(default="120", description="Retries of one upload stop after this.")
 
     def publish(self, key: NightKey, stage: str, files: Iterable[Path]) -> dict[str, str]:
         try:
@@ -137,8 +138,8 @@ class GcsArtefactStoreResource(ArtefactStoreResource):
                 bucket.blob(name).upload_from_filename(
                     str(path),
                     content_type=_content_type(path),
-                    timeout=min(60.0, self.upload_deadline_s),
-                    retry=DEFAULT_RETRY.with_deadline(self.upload_deadline_s),
+                    timeout=min(60.0, float(self.upload_deadline_s)),
+                    retry=DEFAULT_RETRY.with_deadline(float(self.upload_deadline_s)),
                 )
             except Exception as exc:  # google-cloud-storage raises many kinds; say which file failed
                 raise ArtefactError(f"cannot upload {path} to gs://{self.bucket}/{name}: {exc}") from exc

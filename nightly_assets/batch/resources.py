@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Annotated
 
 import dagster as dg
 from pydantic import Field
@@ -22,6 +22,7 @@ from nightly_assets.batch.schedulers import (
 )
 from nightly_assets.batch.slurm import SlurmScheduler
 from nightly_assets.process import CommandError
+from nightly_assets.settings import FromEnv, PositiveSeconds, one_of
 
 ProgressLog = Callable[[str], None]
 
@@ -109,9 +110,11 @@ class BatchSchedulerResource(dg.ConfigurableResource):
     kind `local` runs jobs on this machine (LocalBatchScheduler); `slurm` submits with sbatch.
     """
 
-    kind: Literal["local", "slurm"] = "local"
+    kind: Annotated[str, one_of("local", "slurm"), FromEnv] = "local"
     spool_dir: str = Field(description="job state, scripts and output; on a shared file system for slurm")
-    poll_interval_s: float = Field(default=10.0, gt=0)
+    poll_interval_s: PositiveSeconds | None = Field(
+        default=None, description="between status polls; None: 10 s for slurm, 0.5 s for local"
+    )
     queue: str = Field(default="default", description="queue (Slurm partition) when a job names none")
     account: str | None = Field(default=None, description="project/allocation charged for the jobs")
     kill_grace_s: float = Field(default=10.0, ge=0, description="local: SIGTERM to SIGKILL at walltime")
@@ -119,6 +122,11 @@ class BatchSchedulerResource(dg.ConfigurableResource):
     release_root: str | None = Field(
         default=None, description="where deploy stages put releases (the machine's shared file system)"
     )
+
+    def poll_s(self) -> float:
+        if self.poll_interval_s is not None:
+            return float(self.poll_interval_s)
+        return 10.0 if self.kind == "slurm" else 0.5
 
     def scheduler(self) -> Scheduler:
         spool = Path(self.spool_dir)
@@ -183,7 +191,7 @@ class BatchSchedulerResource(dg.ConfigurableResource):
                 last_state, last_line = status.state, now
             if status.finished:
                 return status
-            time.sleep(self.poll_interval_s)
+            time.sleep(self.poll_s())
 
     def run_job(
         self,
@@ -225,18 +233,3 @@ def _read(path: Path) -> str:
         return path.read_text(errors="replace")
     except FileNotFoundError:
         return ""
-
-
-def batch_scheduler_from_env(home: Path) -> BatchSchedulerResource:
-    """NIGHTLY_BATCH_KIND (local|slurm), _SPOOL, NIGHTLY_RELEASE_ROOT; the local defaults live under home."""
-    kind = os.environ.get("NIGHTLY_BATCH_KIND") or "local"
-    if kind not in ("local", "slurm"):
-        raise ValueError(f"NIGHTLY_BATCH_KIND={kind!r}: expected 'local' or 'slurm'")
-    return BatchSchedulerResource(
-        kind=kind,  # type: ignore[arg-type]
-        spool_dir=os.environ.get("NIGHTLY_BATCH_SPOOL") or str(home / "batch"),
-        release_root=os.environ.get("NIGHTLY_RELEASE_ROOT") or str(home / "releases"),
-        poll_interval_s=float(os.environ.get("NIGHTLY_BATCH_POLL_S") or ("10" if kind == "slurm" else "0.5")),
-        queue=os.environ.get("NIGHTLY_BATCH_QUEUE") or "default",
-        account=os.environ.get("NIGHTLY_BATCH_ACCOUNT") or None,
-    )

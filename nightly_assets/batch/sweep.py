@@ -167,7 +167,7 @@ def run_sweep(
                     if log:
                         log(f"sweep point {point}: {rows[point].status} {rows[point].message}".rstrip())
             if in_flight:
-                time.sleep(batch.poll_interval_s)
+                time.sleep(batch.poll_s())
     finally:
         for job_id in in_flight:
             batch.cancel_quietly(job_id, log)

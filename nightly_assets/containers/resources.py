@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import os
-from typing import Literal
+from pathlib import Path
+from typing import Annotated, Literal
 
 import dagster as dg
 import docker  # type: ignore[import-untyped]
 import docker.errors  # type: ignore[import-untyped]
 import requests
-from pydantic import Field
+import yaml
+from pydantic import Field, PrivateAttr
 
 from nightly_assets.containers.ecr import EcrTokenError, ecr_token
 from nightly_assets.containers.registry import OciRegistry, RegistryError, registry_host
 from nightly_assets.containers.runner import DeviceSpec
+from nightly_assets.settings import FromEnv, Seconds, one_of
 
 DEFAULT_BASE_IMAGE = "nightly-base/python:bookworm"
 
@@ -36,13 +39,31 @@ class DockerRunnerPoolResource(dg.ConfigurableResource):
 
     default: DockerHost = Field(default_factory=DockerHost)
     hosts: dict[str, DockerHost] = Field(default_factory=dict)
+    pool_file: str | None = Field(
+        default=None,
+        description="YAML file with `hosts` (and `default`) that replace the fields', read when first used",
+    )
     base_image: str = DEFAULT_BASE_IMAGE
     base_images: dict[str, str] = Field(default_factory=dict, description="per-arch base, e.g. arm64")
     build_timeout_s: int = 7200
     push_retries: int = 4
 
+    _pool: tuple[DockerHost, dict[str, DockerHost]] | None = PrivateAttr(default=None)
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        self.pool()  # a malformed pool file fails the run at its start, not a stage halfway
+
+    def pool(self) -> tuple[DockerHost, dict[str, DockerHost]]:
+        """The default host and the hosts by label: the fields, or what `pool_file` says."""
+        if self.pool_file is None:
+            return self.default, self.hosts
+        if self._pool is None:
+            self._pool = _read_pool_file(self.pool_file, self.default)
+        return self._pool
+
     def host(self, label: str) -> DockerHost:
-        return self.hosts.get(label, self.default)
+        default, hosts = self.pool()
+        return hosts.get(label, default)
 
     def client(self, label: str) -> docker.DockerClient:
         """A client for the label's engine; EngineUnavailable (naming label and URL) when it is down."""
@@ -88,6 +109,25 @@ class DockerRunnerPoolResource(dg.ConfigurableResource):
         return wanted
 
 
+def _read_pool_file(path: str, default: DockerHost) -> tuple[DockerHost, dict[str, DockerHost]]:
+    where = f"runner pool file {path} (pool_file, NIGHTLY_RUNNER_POOL)"
+    try:
+        document = yaml.safe_load(Path(path).read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise ValueError(f"{where}: {exc}") from None
+    if not isinstance(document, dict) or not isinstance(document.get("hosts") or {}, dict):
+        raise ValueError(f"{where}: expected a mapping with 'hosts' (label: host) and 'default'")
+
+    def host(key: str, spec: object) -> DockerHost:
+        try:
+            return DockerHost(**spec)  # type: ignore[arg-type]  # pydantic says what is wrong
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{where}: {key}: {exc}") from None
+
+    hosts = {label: host(f"hosts.{label}", spec) for label, spec in (document.get("hosts") or {}).items()}
+    return (host("default", document["default"]) if "default" in document else default), hosts
+
+
 class RegistryEndpoint(dg.Config):
     """A registry role's endpoint. The password is named, never held: config and run records carry
     the environment variable's name, and its value is read only when a request is made."""
@@ -97,7 +137,7 @@ class RegistryEndpoint(dg.Config):
     password_env: str | None = Field(default=None, description="environment variable with the password")
     ca_cert: str | None = Field(default=None, description="CA bundle for a private certificate")
     namespace: str = Field(default="", description="repository prefix, e.g. ai-dynamo/")
-    auth: Literal["basic", "ecr"] = Field(
+    auth: Annotated[str, one_of("basic", "ecr"), FromEnv] = Field(
         default="basic", description="basic: username + password_env; ecr: GetAuthorizationToken"
     )
     aws_region: str | None = Field(default=None, description="the ECR registry's region (auth: ecr)")
@@ -109,7 +149,7 @@ class ContainerRegistriesResource(dg.ConfigurableResource):
 
     registries: dict[str, RegistryEndpoint] = Field(default_factory=dict)
     retries: int = 5
-    backoff_s: float = 0.5
+    backoff_s: Seconds = Field(default="0.5", description="the first retry's delay; it doubles per retry")
 
     def roles(self) -> list[str]:
         return sorted(self.registries)
@@ -133,7 +173,7 @@ class ContainerRegistriesResource(dg.ConfigurableResource):
             password=password,
             verify=endpoint.ca_cert or True,
             retries=self.retries,
-            backoff_s=self.backoff_s,
+            backoff_s=float(self.backoff_s),
         )
 
     def repository(self, role: str, name: str) -> str:

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-from typing import Any
-
 import dagster as dg
 from pydantic import Field
 
@@ -30,14 +27,3 @@ class GitHubResource(dg.ConfigurableResource):
 
     def client(self, repo: str | None = None) -> GitHubClient:
         return GitHubClient(self.api_url, repo or self.repo, self.token, timeout_s=self.timeout_s)
-
-
-TOKEN_VAR = "NIGHTLY_GITHUB_TOKEN"  # noqa: S105  # the variable's name, not a token
-
-
-def github_from_env() -> GitHubResource:
-    """NIGHTLY_GITHUB_API_URL (default api.github.com) and the token in NIGHTLY_GITHUB_TOKEN,
-    handed to Dagster as the variable's name so its value never reaches run config or logs."""
-    token: Any = dg.EnvVar(TOKEN_VAR) if os.environ.get(TOKEN_VAR) else None
-    api_url = os.environ.get("NIGHTLY_GITHUB_API_URL") or "https://api.github.com"
-    return GitHubResource(api_url=api_url, token=token)

@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import dagster as dg
 from pydantic import Field
@@ -32,6 +32,7 @@ from nightly_assets.rbe.runs import (
     RemoteUnavailableError,
 )
 from nightly_assets.results import TestReport
+from nightly_assets.settings import FromEnv
 from nightly_assets.testing.junit import parse_bazel_testlogs
 
 WORKSPACE_FILES = ("WORKSPACE", "WORKSPACE.bazel", "MODULE.bazel")
@@ -116,7 +117,9 @@ class BazelRbeResource(dg.ConfigurableResource):
     bazel: str = Field(default="bazel", description="the Bazel client binary")
     output_user_root: str | None = Field(default=None, description="--output_user_root (a cache folder)")
     host_jvm_args: list[str] = Field(default_factory=list, description="e.g. ['-Xmx1g'] on small machines")
-    max_idle_secs: int | None = Field(default=None, ge=0, description="Bazel server idle shutdown")
+    max_idle_secs: Annotated[int | None, FromEnv] = Field(
+        default=None, ge=0, description="Bazel server idle shutdown"
+    )
     remote: RemoteSettings = Field(default_factory=RemoteSettings)
     test_timeouts: TestTimeouts | None = None
     test_env: dict[str, str] = Field(default_factory=dict, description="non-secret --test_env K=V")
@@ -457,19 +460,3 @@ def _secret(variable: str, what: str) -> str:
     if not value:
         raise bz.BazelConfigError(f"{what}: environment variable {variable} is not set or empty")
     return value
-
-
-def bazel_rbe_from_env(home: Path) -> BazelRbeResource:
-    """NIGHTLY_RBE_EXECUTOR / _CACHE / _INSTANCE; the token is read from NIGHTLY_RBE_TOKEN at use;
-    NIGHTLY_BAZEL_OUTPUT_ROOT and NIGHTLY_BAZEL_MAX_IDLE_SECS for the Bazel servers."""
-    header_envs = {"authorization": "NIGHTLY_RBE_TOKEN"} if os.environ.get("NIGHTLY_RBE_TOKEN") else {}
-    return BazelRbeResource(
-        output_user_root=os.environ.get("NIGHTLY_BAZEL_OUTPUT_ROOT") or str(home / "bazel"),
-        max_idle_secs=int(os.environ.get("NIGHTLY_BAZEL_MAX_IDLE_SECS") or DEFAULT_MAX_IDLE_SECS),
-        remote=RemoteSettings(
-            executor=os.environ.get("NIGHTLY_RBE_EXECUTOR") or None,
-            cache=os.environ.get("NIGHTLY_RBE_CACHE") or None,
-            instance_name=os.environ.get("NIGHTLY_RBE_INSTANCE", ""),
-            header_envs=header_envs,
-        ),
-    )

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import datetime
 import logging
-import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import dagster as dg
 from google.api_core.client_options import ClientOptions
@@ -21,6 +20,7 @@ from google.auth.credentials import AnonymousCredentials
 from google.cloud import tpu_v2
 from pydantic import Field
 
+from nightly_assets.settings import FromEnv, PositiveSeconds, Seconds, one_of
 from nightly_assets.tpu.models import TpuRunOutcome, TpuSuite, TpuTarget, TpuVmSettings
 from nightly_assets.tpu.nodes import RUN_LABEL, TpuApiError, TpuNodes, TpuNotReadyError, label_value
 from nightly_assets.tpu.session import TpuVm
@@ -31,25 +31,27 @@ _log = logging.getLogger(__name__)
 class TpuVmResource(dg.ConfigurableResource):
     """Creates TPU VMs in `project` for the runs of the `tpu` pipeline and deletes them."""
 
-    project: str = Field(description="the GCP project the TPU VMs are created in ('': not configured)")
+    project: str = Field(default="", description="the GCP project the TPU VMs are created in ('': none)")
     api_endpoint: str | None = Field(default=None, description="TPU API endpoint; None: tpu.googleapis.com")
     transport: Literal["rest", "grpc"] = "rest"
-    credentials: Literal["default", "anonymous"] = Field(
+    credentials: Annotated[str, one_of("default", "anonymous"), FromEnv] = Field(
         default="default", description="default: google.auth default credentials; anonymous: fakes in tests"
     )
     ssh_user: str = Field(default="nightly", description="the user the per-run SSH key is installed for")
-    ssh_port: int = Field(default=22, ge=1, le=65535)
+    ssh_port: Annotated[int, FromEnv] = Field(default=22, ge=1, le=65535)
     use_internal_ip: bool = Field(default=False, description="reach the VM on its internal IP (same VPC)")
-    use_queued_resource: bool = Field(default=False, description="ask through the QueuedResources API")
+    use_queued_resource: Annotated[bool, FromEnv] = Field(
+        default=False, description="ask through the QueuedResources API"
+    )
     check_host_keys: bool = Field(default=True, description="pin the host key the node publishes")
-    ready_timeout_s: float = Field(default=900.0, gt=0, description="create requested -> READY")
-    poll_interval_s: float = Field(default=10.0, gt=0, description="between node state polls")
-    delete_timeout_s: float = Field(default=600.0, gt=0, description="delete asked -> node gone")
-    create_retry_s: float = Field(
-        default=300.0, ge=0, description="how long a create answered 429 RESOURCE_EXHAUSTED is asked again"
+    ready_timeout_s: PositiveSeconds = Field(default="900", description="create requested -> READY")
+    poll_interval_s: PositiveSeconds = Field(default="10", description="between node state polls")
+    delete_timeout_s: PositiveSeconds = Field(default="600", description="delete asked -> node gone")
+    create_retry_s: Seconds = Field(
+        default="300", description="how long a create answered 429 RESOURCE_EXHAUSTED is asked again"
     )
     api_timeout_s: float = Field(default=60.0, gt=0, description="per TPU API call")
-    ssh_connect_timeout_s: float = Field(default=300.0, gt=0, description="READY -> SSH accepts the key")
+    ssh_connect_timeout_s: PositiveSeconds = Field(default="300", description="READY -> SSH accepts the key")
     ssh_keepalive_s: int = Field(default=15, ge=0)
     remote_root: str = Field(default="", description="parent of the per-node work dir; '': the user's home")
     node_prefix: str = Field(default="nightly", description="node IDs are <prefix>-<run id>-<random>")
@@ -70,11 +72,11 @@ class TpuVmResource(dg.ConfigurableResource):
         return TpuVmSettings(
             ssh_user=self.ssh_user,
             ssh_port=self.ssh_port,
-            ready_timeout_s=self.ready_timeout_s,
-            poll_interval_s=self.poll_interval_s,
-            delete_timeout_s=self.delete_timeout_s,
-            ssh_connect_timeout_s=self.ssh_connect_timeout_s,
-            create_retry_s=self.create_retry_s,
+            ready_timeout_s=float(self.ready_timeout_s),
+            poll_interval_s=float(self.poll_interval_s),
+            delete_timeout_s=float(self.delete_timeout_s),
+            ssh_connect_timeout_s=float(self.ssh_connect_timeout_s),
+            create_retry_s=float(self.create_retry_s),
             ssh_keepalive_s=self.ssh_keepalive_s,
             use_internal_ip=self.use_internal_ip,
             use_queued_resource=self.use_queued_resource,
@@ -149,8 +151,8 @@ class TpuVmResource(dg.ConfigurableResource):
             alive_run_ids,
             min_age_s=min_age_s,
             ended_run_ids=ended_run_ids,
-            delete_timeout_s=self.delete_timeout_s,
-            poll_interval_s=self.poll_interval_s,
+            delete_timeout_s=float(self.delete_timeout_s),
+            poll_interval_s=float(self.poll_interval_s),
             log=log or _log,
         )
 
@@ -212,26 +214,3 @@ def sweep_orphans(
     if failures:
         raise TpuApiError(f"the sweeper deleted {len(deleted)} node(s) but failed on: " + "; ".join(failures))
     return deleted
-
-
-def tpu_vms_from_env() -> TpuVmResource:
-    """NIGHTLY_TPU_PROJECT (required to run), _API_ENDPOINT, _CREDENTIALS, _SSH_USER, _SSH_PORT,
-    _REMOTE_ROOT, _POLL_S, _READY_TIMEOUT_S, _QUEUED, _DELETE_TIMEOUT_S, _SSH_CONNECT_TIMEOUT_S,
-    _CREATE_RETRY_S; unset ones keep the resource's defaults."""
-    env = {
-        "project": "NIGHTLY_TPU_PROJECT",
-        "api_endpoint": "NIGHTLY_TPU_API_ENDPOINT",
-        "credentials": "NIGHTLY_TPU_CREDENTIALS",
-        "ssh_user": "NIGHTLY_TPU_SSH_USER",
-        "ssh_port": "NIGHTLY_TPU_SSH_PORT",
-        "remote_root": "NIGHTLY_TPU_REMOTE_ROOT",
-        "poll_interval_s": "NIGHTLY_TPU_POLL_S",
-        "ready_timeout_s": "NIGHTLY_TPU_READY_TIMEOUT_S",
-        "use_queued_resource": "NIGHTLY_TPU_QUEUED",
-        "delete_timeout_s": "NIGHTLY_TPU_DELETE_TIMEOUT_S",
-        "ssh_connect_timeout_s": "NIGHTLY_TPU_SSH_CONNECT_TIMEOUT_S",
-        "create_retry_s": "NIGHTLY_TPU_CREATE_RETRY_S",
-    }
-    config: dict[str, object] = {field: os.environ[var] for field, var in env.items() if os.environ.get(var)}
-    config.setdefault("project", "")
-    return TpuVmResource(**config)  # type: ignore[arg-type]  # pydantic converts the strings

@@ -8,6 +8,7 @@ from pathlib import Path
 import dagster as dg
 from pydantic import Field, PrivateAttr
 
+from nightly_assets.settings import Seconds
 from nightly_assets.warehouse.store import RETRY_S, Warehouse, safe_url
 
 URL_ENV = "NIGHTLY_WAREHOUSE_URL"
@@ -25,8 +26,8 @@ class WarehouseResource(dg.ConfigurableResource):
     Dagster does not show it with the resource's configuration."""
 
     url: str = Field(repr=False, description="SQLAlchemy database URL of the warehouse.")
-    retry_s: float = Field(
-        default=RETRY_S, description="How long a read or write retries a lost connection or a restart."
+    retry_s: Seconds = Field(
+        default=f"{RETRY_S:g}", description="How long a read or write retries a lost connection or a restart."
     )
 
     _store: Warehouse | None = PrivateAttr(default=None)
@@ -34,7 +35,7 @@ class WarehouseResource(dg.ConfigurableResource):
     def store(self) -> Warehouse:
         """The Warehouse of this resource instance, created (and its schema ensured) on first use."""
         if self._store is None:
-            self._store = Warehouse(self.url, retry_s=self.retry_s)
+            self._store = Warehouse(self.url, retry_s=float(self.retry_s))
         return self._store
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
