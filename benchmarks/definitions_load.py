@@ -29,9 +29,9 @@ def main() -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         demo_only = Path(tmp) / "catalog"
         shutil.copytree(BUILTIN_CATALOG_DIR, demo_only, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
-        for doc in (demo_only / "pipelines").glob("*.yaml"):
-            if doc.stem != "demo":
-                doc.unlink()
+        for doc in demo_only.glob("*/defs.yaml"):
+            if doc.parent.name != "demo":
+                shutil.rmtree(doc.parent)
         env = {**os.environ, "NIGHTLY_HOME": tmp}
         baseline = _seconds("import dagster", env)
         demo = _seconds(load, {**env, "NIGHTLY_CATALOG_DIR": str(demo_only)})

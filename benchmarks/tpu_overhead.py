@@ -30,7 +30,7 @@ from nightly_assets_tests.peers import sshd as sshd_peer
 from nightly_assets_tests.peers.process import stop_process
 from nightly_assets_tests.peers.tpu_api import FakeTpuApi
 
-CATALOG = Path(__file__).parents[1] / "nightly_assets" / "catalog" / "pipelines" / "tpu.yaml"
+CATALOG = Path(__file__).parents[1] / "nightly_assets" / "defs" / "tpu" / "defs.yaml"
 NIGHT = "2026-11-21"
 SUITE_SOURCE = """
 import json, os, time
@@ -104,7 +104,7 @@ def _suite(suite_file: Path, sleep_s: float) -> TpuSuite:
 
 def _target() -> TpuTarget:
     """The catalog's first TPU target (v6e-1), as the stage asset builds it."""
-    first = yaml.safe_load(CATALOG.read_text())["targets"][0]
+    first = yaml.safe_load(CATALOG.read_text())["attributes"]["targets"][0]
     return TpuTarget.from_params(first["params"], target=first["name"])
 
 

@@ -1,4 +1,5 @@
-"""Catalog -> Dagster: each pipeline's stage assets, its nightly and summary jobs, and its schedule."""
+"""Catalog -> Dagster: each pipeline's stage assets, its nightly and summary jobs, its schedule, and
+its PR tier (a PR job and the label sensor that starts it) when it has a PR label."""
 
 import datetime as dt
 from dataclasses import dataclass
@@ -8,11 +9,15 @@ import dagster as dg
 from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
 
 from nightly_assets.catalog.models import Catalog, Pipeline
+from nightly_assets.github.sensors import build_pr_label_sensor
 from nightly_assets.partitions import partition_key, pipeline_partitions
 from nightly_assets.reporting.alerts import PIPELINE_TAG
 from nightly_assets.reporting.sensors import summary_job_name
 from nightly_assets.stage_kinds import stage_kind
 from nightly_assets.stages import StageSpec
+from nightly_assets.tpu.pr_tier import build_pr_job, pr_op_name
+
+EMBEDDED_PIPELINE = "demo"  # its schedule runs in every environment
 
 
 @dataclass(frozen=True)
@@ -21,15 +26,30 @@ class PipelineDefs:
     nightly_job: UnresolvedAssetJobDefinition
     summary_job: UnresolvedAssetJobDefinition
     schedule: dg.ScheduleDefinition
+    pr_job: dg.JobDefinition | None = None  # tier 3 of seed 003: a pipeline with a PR label
+    pr_sensor: dg.SensorDefinition | None = None
+
+    @property
+    def jobs(self) -> list[UnresolvedAssetJobDefinition]:
+        return [self.nightly_job, self.summary_job]
+
+    def definitions(self) -> dg.Definitions:
+        """The pipeline on its own, as its NightlyPipeline component builds it."""
+        return dg.Definitions(
+            assets=self.assets,
+            jobs=[*self.jobs, *([self.pr_job] if self.pr_job else [])],
+            schedules=[self.schedule],
+            sensors=[self.pr_sensor] if self.pr_sensor else [],
+        )
 
 
 def nightly_job_name(pipeline: str) -> str:
     return f"{pipeline}_nightly"
 
 
-def build_pipeline(
-    catalog: Catalog, catalog_dir: Path, pipeline: Pipeline, schedule_running: bool
-) -> PipelineDefs:
+def build_pipeline(catalog: Catalog, catalog_dir: Path, pipeline: Pipeline, env: str) -> PipelineDefs:
+    """`env`: prod runs every schedule and sensor; elsewhere only the embedded pipeline's schedule."""
+    schedule_running = env == "prod" or pipeline.name == EMBEDDED_PIPELINE
     partitions_def = pipeline_partitions(pipeline)
     assets = [
         stage_kind(stage.kind).build(StageSpec(catalog, catalog_dir, pipeline, stage, partitions_def))
@@ -49,9 +69,12 @@ def build_pipeline(
         tags=tags,
         description="Writes a night's summary table on its own, after a failed night run.",
     )
-    return PipelineDefs(
-        assets, nightly_job, summary_job, _night_schedule(pipeline, nightly_job, schedule_running)
-    )
+    schedule = _night_schedule(pipeline, nightly_job, schedule_running)
+    if pipeline.github is None or pipeline.github.pr_label is None:
+        return PipelineDefs(assets, nightly_job, summary_job, schedule)
+    pr_job = build_pr_job(pipeline, catalog.pool_of(pipeline.pr_stage()))
+    pr_sensor = build_pr_label_sensor(pipeline, pr_job, pr_op_name(pipeline.name), env == "prod")
+    return PipelineDefs(assets, nightly_job, summary_job, schedule, pr_job, pr_sensor)
 
 
 def _night_schedule(

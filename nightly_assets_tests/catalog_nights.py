@@ -2,7 +2,6 @@
 YAML, run by `run_night` on a test instance with the home's local resources."""
 
 import datetime as dt
-import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,12 +10,13 @@ import dagster as dg
 import pytest
 import yaml
 
-from nightly_assets.catalog.loader import catalog_dir, load_catalog
+from nightly_assets.catalog.loader import load_catalog
 from nightly_assets.definitions import build_definitions
 from nightly_assets.night import NightOutcome, run_night
 from nightly_assets.resources import resources_for
 from nightly_assets.results import NightKey
 from nightly_assets.warehouse.store import StageRow
+from nightly_assets_tests.catalog_files import copy_catalog, write_pipeline
 
 
 @dataclass
@@ -27,10 +27,10 @@ class CatalogNights:
     keys: list[NightKey] = field(default_factory=list)  # every night run, in order
 
     def run(self, text: str, date: str) -> tuple[NightKey, dict[str, StageRow], NightOutcome]:
-        """One night of the pipeline `text` (written as <its name>.yaml), for its first target:
+        """One night of the pipeline `text` (written as <its name>/defs.yaml), for its first target:
         the night's key, its stage rows by name, and the outcome."""
         name = yaml.safe_load(text)["name"]
-        (self.catalog / "pipelines" / f"{name}.yaml").write_text(text)
+        write_pipeline(self.catalog, text)
         catalog = load_catalog(self.catalog)
         key = NightKey(name, dt.date.fromisoformat(date), catalog.pipelines[name].targets[0].name)
         resources = resources_for("local", self.home)  # from the environment as the test set it
@@ -43,8 +43,7 @@ class CatalogNights:
 
 @pytest.fixture
 def catalog_nights(nightly_home: Path, tmp_path: Path) -> Iterator[CatalogNights]:
-    catalog = tmp_path / "catalog"
-    shutil.copytree(catalog_dir(), catalog)
+    catalog = copy_catalog(tmp_path / "catalog")
     (tmp_path / "dagster_home").mkdir()
     with dg.instance_for_test(temp_dir=str(tmp_path / "dagster_home")) as instance:
         yield CatalogNights(catalog, instance, nightly_home)

@@ -4,14 +4,13 @@ catalog whose benchmark stage sleeps (with a child process) so a test can act wh
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from nightly_assets.catalog.loader import BUILTIN_CATALOG_DIR
+from nightly_assets_tests.catalog_files import copy_catalog, pipeline_path
 
 SLOW_BENCHMARK = """\
 import json, subprocess, sys, time
@@ -29,9 +28,8 @@ def start_night_with_a_slow_benchmark(
     """`nightly run demo` in a subprocess, on a catalog whose benchmark (and its child) sleeps."""
     script = tmp_path / "slow_bench.py"
     script.write_text(SLOW_BENCHMARK.format(seconds=seconds))
-    catalog = tmp_path / "catalog"
-    shutil.copytree(BUILTIN_CATALOG_DIR, catalog, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
-    demo = catalog / "pipelines" / "demo.yaml"
+    catalog = copy_catalog(tmp_path / "catalog")
+    demo = pipeline_path(catalog, "demo")
     text = demo.read_text()
     benchmark = 'command: [python, -m, nightlysample.bench, --json, "{output}"]'
     assert benchmark in text

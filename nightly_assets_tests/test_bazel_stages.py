@@ -19,6 +19,7 @@ import yaml
 from nightly_assets.catalog.loader import catalog_dir
 from nightly_assets.resources import resources_for
 from nightly_assets.results import NightKey
+from nightly_assets_tests.catalog_files import read_pipeline
 from nightly_assets_tests.catalog_nights import CatalogNights
 from nightly_assets_tests.git_repo import commit_folder
 from nightly_assets_tests.peers.bazel import BazelPeer
@@ -284,7 +285,7 @@ def test_the_catalogs_jax_rocm_rbe_night_runs_end_to_end(
     client.images.push(image, auth_config=ecr.auth_config)
     client.images.remove(image)
 
-    document = yaml.safe_load((catalog_dir() / "pipelines" / "jax_rocm_rbe.yaml").read_text())
+    document = read_pipeline(catalog_dir(), "jax_rocm_rbe")
     plugin = tmp_path / "upstream-rocm-jax"  # not a Bazel workspace: nothing may build or test in it
     plugin.mkdir()
     (plugin / "README.md").write_text("the ROCm plugin\n")
@@ -337,7 +338,7 @@ def test_the_catalogs_tf_theta_night_runs_end_to_end(
     bazel_sha = commit_folder(bazel_source, "bazel")
     bazel_peer.forget_bootstraps(bazel_sha)
 
-    document = yaml.safe_load((catalog_dir() / "pipelines" / "tf_theta.yaml").read_text())
+    document = read_pipeline(catalog_dir(), "tf_theta")
     urls = {"tensorflow": str(_workspace_repo(tmp_path, bazel_peer)), "bazel": str(bazel_source)}
     urls["benchmarks"] = urls["tensorflow"]
     for repository in document["repositories"]:

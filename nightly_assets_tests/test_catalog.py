@@ -5,24 +5,15 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
-import yaml
 
-from nightly_assets.catalog.loader import BUILTIN_CATALOG_DIR, CatalogError, load_catalog
+from nightly_assets.catalog.loader import CatalogError, load_catalog
+from nightly_assets_tests.catalog_files import copy_catalog, pipeline_path
+from nightly_assets_tests.catalog_files import edit_pipeline as edit
 
 
 @pytest.fixture
 def catalog_copy(tmp_path) -> Path:
-    dest = tmp_path / "catalog"
-    shutil.copytree(BUILTIN_CATALOG_DIR, dest, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
-    return dest
-
-
-def edit(catalog: Path, pipeline: str, change) -> Path:
-    path = catalog / "pipelines" / f"{pipeline}.yaml"
-    document = yaml.safe_load(path.read_text())
-    change(document)
-    path.write_text(yaml.safe_dump(document, sort_keys=False))
-    return path
+    return copy_catalog(tmp_path / "catalog")
 
 
 def test_builtin_catalog_has_the_seed_values():
@@ -139,7 +130,7 @@ def test_builtin_catalog_has_the_seed_values():
         (  # every key of a stage's params is typed: a typo fails when the catalog loads
             "demo",
             lambda d: d["stages"][1]["params"].update(sdsit=True),
-            "stages[1:wheels]: params.sdsit: Extra inputs are not permitted (got True)",
+            "defs.yaml: attributes.stages[1:wheels]: params.sdsit: Extra inputs are not permitted (got True)",
         ),
         (
             "dynamo",
@@ -179,8 +170,8 @@ def test_builtin_catalog_has_the_seed_values():
         (  # VM settings pin a suite to a TPU VM
             "dynamo",
             lambda d: d["stages"][3].setdefault("params", {}).update(pip_args=["-q"]),
-            "dynamo.yaml: pipeline 'dynamo' stage 'tests_unit' (test_suite) cannot run on 'gpu-l40-amd64' "
-            "(docker); expected a runner of kind tpu_vm",
+            "dynamo/defs.yaml: pipeline 'dynamo' stage 'tests_unit' (test_suite) cannot run on "
+            "'gpu-l40-amd64' (docker); expected a runner of kind tpu_vm",
         ),
         (
             "demo",
@@ -229,25 +220,73 @@ def test_runner_map_must_cover_every_target_arch(catalog_copy):
 
 
 def test_yaml_syntax_error_names_line_and_column(catalog_copy):
-    path = catalog_copy / "pipelines" / "tpu.yaml"
-    path.write_text("name: tpu\nstages: [unclosed\n")
+    path = pipeline_path(catalog_copy, "tpu")
+    path.write_text("type: nightly_assets.catalog.component.NightlyPipeline\nattributes: [unclosed\n")
     with pytest.raises(CatalogError, match=rf"{path}: not valid YAML at line \d+, column \d+"):
         load_catalog(catalog_copy)
 
 
-def test_document_must_be_a_mapping_and_match_its_file_name(catalog_copy):
-    path = catalog_copy / "pipelines" / "tpu.yaml"
+def test_document_must_be_a_mapping_and_match_its_folder_name(catalog_copy):
+    path = pipeline_path(catalog_copy, "tpu")
     path.write_text("- just\n- a list\n")
     with pytest.raises(CatalogError, match=rf"{path}: expected a mapping at the top level, got list"):
         load_catalog(catalog_copy)
-    shutil.copy(catalog_copy / "pipelines" / "demo.yaml", path)
-    with pytest.raises(CatalogError, match="name: 'demo' must match the file name 'tpu'"):
+    shutil.copy(pipeline_path(catalog_copy, "demo"), path)
+    with pytest.raises(
+        CatalogError, match=rf"{path}: attributes.name: 'demo' must match the folder name 'tpu'"
+    ):
+        load_catalog(catalog_copy)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "type: nightly_assets.Other\nattributes: {}\n",
+            "type: expected 'nightly_assets.catalog.component.Nig",
+        ),
+        (
+            "type: nightly_assets.catalog.component.NightlyPipeline\n",
+            "attributes: expected the pipeline's document (a mapping), got nothing",
+        ),
+        (
+            "type: nightly_assets.catalog.component.NightlyPipeline\npost_processing: {}\nattributes: {}\n",
+            "post_processing: not taken here",
+        ),
+    ],
+)
+def test_defs_yaml_names_its_component_type_and_attributes(catalog_copy, text, expected):
+    path = pipeline_path(catalog_copy, "tpu")
+    path.write_text(text)
+    with pytest.raises(CatalogError) as error:
+        load_catalog(catalog_copy)
+    assert str(error.value).startswith(f"{path}: {expected}")
+
+
+def test_catalog_layout_mistakes_are_named(catalog_copy):
+    old = catalog_copy / "pipelines" / "tpu.yaml"
+    old.parent.mkdir()
+    pipeline_path(catalog_copy, "tpu").rename(old)
+    with pytest.raises(
+        CatalogError, match=r"pipelines: the catalog's old layout; each pipelines/<name>.yaml"
+    ):
+        load_catalog(catalog_copy)
+    nested = catalog_copy / "team" / "tpu" / "defs.yaml"
+    nested.parent.mkdir(parents=True)
+    old.rename(nested)
+    old.parent.rmdir()
+    with pytest.raises(
+        CatalogError, match=rf"{nested}: a pipeline is <catalog>/<name>/defs.yaml, one folder"
+    ):
         load_catalog(catalog_copy)
 
 
 def test_missing_patch_file_is_named(catalog_copy):
     (catalog_copy / "patches" / "demo" / "0001-nightly-marker-test.patch").unlink()
-    with pytest.raises(CatalogError, match=r"repositories\.nightlysample\.patches: file 'patches/demo/0001"):
+    with pytest.raises(
+        CatalogError,
+        match=r"demo/defs.yaml: attributes\.repositories\.nightlysample\.patches: file 'patches/",
+    ):
         load_catalog(catalog_copy)
 
 

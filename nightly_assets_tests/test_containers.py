@@ -4,7 +4,6 @@ ECR role, mirror to the ACR role, pull, and run suites inside through Dagster Pi
 import datetime as dt
 import json
 import secrets
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -12,7 +11,7 @@ from typing import Any
 import dagster as dg
 import pytest
 
-from nightly_assets.catalog.loader import catalog_dir, load_catalog
+from nightly_assets.catalog.loader import load_catalog
 from nightly_assets.catalog.models import Catalog
 from nightly_assets.containers import checks
 from nightly_assets.containers.registry import OciRegistry
@@ -21,6 +20,7 @@ from nightly_assets.demo.sample_repo import load_history
 from nightly_assets.night import NightOutcome, run_night
 from nightly_assets.resources import resources_for
 from nightly_assets.results import NightKey
+from nightly_assets_tests.catalog_files import copy_catalog, write_pipeline
 
 pytestmark = [pytest.mark.docker, pytest.mark.registry, pytest.mark.slow]
 HISTORY = load_history()
@@ -143,9 +143,8 @@ class ImageNights:
 
 @pytest.fixture
 def image_nights(nightly_home, tmp_path, monkeypatch, docker_engine, base_image, registries):
-    catalog = tmp_path / "catalog"
-    shutil.copytree(catalog_dir(), catalog)
-    (catalog / "pipelines" / "images.yaml").write_text(IMAGES_PIPELINE)
+    catalog = copy_catalog(tmp_path / "catalog")
+    write_pipeline(catalog, IMAGES_PIPELINE)
     namespace = f"t{secrets.token_hex(4)}/"  # the session's registries are shared between tests
     monkeypatch.setenv("DOCKER_HOST", docker_engine.host)
     for registry in registries:
@@ -268,7 +267,7 @@ def test_a_failed_image_build_starts_no_test_container(image_nights, docker_engi
         "push_to: [ecr], repository: sample, base_image: nightly-base/none:0}",
     )
     assert broken != IMAGES_PIPELINE
-    (image_nights.catalog_path / "pipelines" / "images.yaml").write_text(broken)
+    write_pipeline(image_nights.catalog_path, broken)
     image_nights.defs = build_definitions(image_nights.catalog_path)
     client = docker_engine.client()
     before = {c.id for c in client.containers.list(all=True)}
@@ -411,9 +410,7 @@ def test_an_image_pull_stage_pulls_with_the_registrys_credentials_and_pins_the_d
     client.images.remove(reference)  # the host lacks it: the stage must pull it, logged in
 
     def night(image: str, date: str) -> dict:
-        (image_nights.catalog_path / "pipelines" / "pulled.yaml").write_text(
-            PULL_PIPELINE.format(image=image)
-        )
+        write_pipeline(image_nights.catalog_path, PULL_PIPELINE.format(image=image))
         catalog = load_catalog(image_nights.catalog_path)
         key = NightKey("pulled", dt.date.fromisoformat(date), "rocm-mi300")
         run_night(

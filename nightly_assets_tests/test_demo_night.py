@@ -17,6 +17,7 @@ from nightly_assets.demo.sample_repo import ensure_sample_repo, load_history
 from nightly_assets.night import NightOutcome, run_night
 from nightly_assets.resources import resources_for
 from nightly_assets.results import NightKey
+from nightly_assets_tests.catalog_files import copy_catalog, edit_pipeline
 
 pytestmark = pytest.mark.slow
 HISTORY = load_history()  # commits of 11-01, 11-06, 11-12, 11-18
@@ -185,18 +186,13 @@ def test_a_failed_build_starts_no_test(nights, tmp_path, monkeypatch):
     }
     for args in (["init", "-q", "-b", "main"], ["add", "."], ["commit", "-qm", "broken build"]):
         subprocess.run(["git", "-C", str(broken), *args], check=True, env=git_env)
-    catalog_dir = tmp_path / "catalog"
-    import shutil
+    catalog_dir = copy_catalog(tmp_path / "catalog")
 
-    from nightly_assets.catalog.loader import BUILTIN_CATALOG_DIR
+    def from_broken(document: dict) -> None:
+        document["repositories"][0].update(url=str(broken))
+        del document["repositories"][0]["patches"]
 
-    shutil.copytree(BUILTIN_CATALOG_DIR, catalog_dir, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
-    demo = catalog_dir / "pipelines" / "demo.yaml"
-    demo.write_text(
-        demo.read_text()
-        .replace("url: sample:nightlysample", f"url: {broken}")
-        .replace("    patches: [patches/demo/0001-nightly-marker-test.patch]\n", "")
-    )
+    edit_pipeline(catalog_dir, "demo", from_broken)
     nights.defs = build_definitions(catalog_dir)
     nights.catalog = load_catalog(catalog_dir)
 

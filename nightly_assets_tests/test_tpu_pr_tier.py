@@ -9,12 +9,12 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
-import yaml
 
 from nightly_assets.definitions import build_definitions
 from nightly_assets.github.client import GitHubClient
 from nightly_assets.resources import resources_for
 from nightly_assets.results import NightKey
+from nightly_assets_tests.catalog_files import edit_pipeline
 from nightly_assets_tests.git_repo import git
 from nightly_assets_tests.peers.github_api import FakeGitHubApi
 from nightly_assets_tests.peers.tpu_api import FakeTpuApi
@@ -43,10 +43,7 @@ def pr_setup(nightly_home, tmp_path, monkeypatch, github_api: FakeGitHubApi, tpu
     git(repo, "update-ref", "refs/pull/8/head", bad)
     git(repo, "reset", "-q", "--hard", good)  # main stays at the passing commit
     catalog = tpu_catalog(tmp_path, monkeypatch, repo, vm_python, tpu_api, sshd, github_api.repo)
-    path = catalog / "pipelines" / "tpu.yaml"
-    document = yaml.safe_load(path.read_text())
-    document["github"].update(allow=[ALLOWED])
-    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    edit_pipeline(catalog, "tpu", lambda document: document["github"].update(allow=[ALLOWED]))
     monkeypatch.setenv("NIGHTLY_GITHUB_API_URL", github_api.url)
     monkeypatch.setenv("NIGHTLY_GITHUB_TOKEN", github_api.token)
     github_api.set_permission(MAINTAINER, "write")

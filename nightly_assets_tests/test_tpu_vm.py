@@ -30,7 +30,7 @@ from nightly_assets.tpu.ssh import PID_FILE, remote_command
 from nightly_assets_tests.peers.sshd import Sshd
 from nightly_assets_tests.peers.tpu_api import FakeTpuApi
 
-CATALOG = Path(__file__).parents[1] / "nightly_assets" / "catalog" / "pipelines" / "tpu.yaml"
+CATALOG = Path(__file__).parents[1] / "nightly_assets" / "defs" / "tpu" / "defs.yaml"
 RUN_ID = "8f0c6a2e-41d7-4c3e-9a55-0c1d2e3f4a5b"
 NIGHT = "2026-11-21"
 SUITE_SOURCE = """
@@ -56,7 +56,7 @@ def test_runs_for_a_while():
 @pytest.fixture
 def target() -> TpuTarget:
     """The catalog's v6e-1 target, as the stage asset will build it."""
-    catalog = yaml.safe_load(CATALOG.read_text())
+    catalog = yaml.safe_load(CATALOG.read_text())["attributes"]
     first = catalog["targets"][0]
     return TpuTarget.from_params(first["params"], target=first["name"])
 

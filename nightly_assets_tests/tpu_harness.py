@@ -13,14 +13,14 @@ from typing import Any
 
 import dagster as dg
 import pytest
-import yaml
 from dagster._core.events import DagsterEventType
 
-from nightly_assets.catalog.loader import catalog_dir, load_catalog
+from nightly_assets.catalog.loader import load_catalog
 from nightly_assets.definitions import build_definitions
 from nightly_assets.night import NightOutcome, run_night
 from nightly_assets.resources import resources_for
 from nightly_assets.results import NightKey
+from nightly_assets_tests.catalog_files import copy_catalog, read_pipeline, write_pipeline
 from nightly_assets_tests.git_repo import commit_folder
 from nightly_assets_tests.peers.sshd import Sshd
 from nightly_assets_tests.peers.tpu_api import FakeTpuApi
@@ -103,9 +103,8 @@ def tpu_catalog(
     issues go to `github_repo` (None: none are opened)."""
     catalog = tmp_path / "catalog"
     shutil.rmtree(catalog, ignore_errors=True)
-    shutil.copytree(catalog_dir(), catalog)
-    path = catalog / "pipelines" / "tpu.yaml"
-    document = yaml.safe_load(path.read_text())
+    copy_catalog(catalog)
+    document = read_pipeline(catalog, "tpu")
     document["repositories"][0]["url"] = str(repo)
     document["targets"][0]["params"].update(target_params)
     document["github"].update(repo=github_repo or "acme/unused", issue_on_failure=github_repo is not None)
@@ -117,7 +116,7 @@ def tpu_catalog(
         "pip_args": ["--no-index", "--no-build-isolation", "--no-deps"],
         "timing_file": "test_timing.json",
     }
-    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    write_pipeline(catalog, document)
     for name, value in {
         "PROJECT": "test-project",
         "API_ENDPOINT": tpu_api.url,

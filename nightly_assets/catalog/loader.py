@@ -1,9 +1,15 @@
-"""Load the catalog folder (runners.yaml + pipelines/*.yaml) into typed models, or say what is wrong."""
+"""Load the catalog folder into typed models, or say what is wrong.
+
+The catalog is a Dagster defs folder: `runners.yaml` (runners and pools, shared by every pipeline)
+and one folder per pipeline, `<name>/defs.yaml`, whose `attributes:` are the pipeline's document
+(`type:` is the NightlyPipeline component, nightly_assets/catalog/component.py).
+"""
 
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +18,11 @@ from pydantic import ValidationError
 
 from nightly_assets.catalog.models import Catalog, Pipeline, Runner, error_parts
 
-BUILTIN_CATALOG_DIR = Path(__file__).parent
+BUILTIN_CATALOG_DIR = Path(__file__).parents[1] / "defs"  # the project's dg defs folder
+RUNNERS_FILE = "runners.yaml"
+DEFS_FILE = "defs.yaml"
+COMPONENT_TYPE = "nightly_assets.catalog.component.NightlyPipeline"
+DEFS_KEYS = ("type", "attributes")
 
 
 class CatalogError(ValueError):
@@ -26,36 +36,81 @@ def catalog_dir() -> Path:
 
 def load_catalog(directory: Path | None = None) -> Catalog:
     directory = directory or catalog_dir()
-    runners_file = directory / "runners.yaml"
+    pools, runners = load_runners(directory)
+    pipelines: dict[str, Pipeline] = {}
+    for path in pipeline_files(directory):
+        pipeline = read_pipeline(path, directory)
+        pipelines[pipeline.name] = pipeline
+    return build_catalog(directory, pools, runners, pipelines)
+
+
+def load_runners(directory: Path) -> tuple[dict[str, Any], dict[str, Runner]]:
+    """runners.yaml: the pools' limits and the runners, each validated."""
+    runners_file = directory / RUNNERS_FILE
     runners_doc = _read_yaml(runners_file)
     runners = {}
     for name, body in _mapping(runners_file, runners_doc, "runners").items():
         runners[name] = _validate(runners_file, Runner, body, prefix=f"runners.{name}")
+    return _mapping(runners_file, runners_doc, "pools"), runners
 
-    pipeline_files = sorted((directory / "pipelines").glob("*.yaml"))
-    if not pipeline_files:
-        raise CatalogError(f"{directory / 'pipelines'}: no pipeline documents (*.yaml) found")
-    pipelines: dict[str, Pipeline] = {}
-    for path in pipeline_files:
-        pipeline = _validate(path, Pipeline, _read_yaml(path))
-        if pipeline.name != path.stem:
-            raise CatalogError(f"{path}: name: '{pipeline.name}' must match the file name '{path.stem}'")
-        for repo in pipeline.repositories:
-            for patch in repo.patches:
-                if not (directory / patch).is_file():
-                    raise CatalogError(
-                        f"{path}: repositories.{repo.name}.patches: file '{patch}' not found "
-                        f"under {directory}"
-                    )
-        pipelines[pipeline.name] = pipeline
-    pools = _mapping(runners_file, runners_doc, "pools")
+
+def pipeline_files(directory: Path) -> list[Path]:
+    """Every pipeline's defs.yaml, one folder deep: `<directory>/<name>/defs.yaml`."""
+    if any(p.name != DEFS_FILE for p in (directory / "pipelines").glob("*.yaml")):
+        raise CatalogError(
+            f"{directory / 'pipelines'}: the catalog's old layout; each pipelines/<name>.yaml is now "
+            f"<name>/{DEFS_FILE} with 'type: {COMPONENT_TYPE}' and the document under 'attributes:'"
+        )
+    files = sorted(directory.glob(f"*/{DEFS_FILE}"))
+    for stray in sorted({*directory.rglob("defs.yaml"), *directory.rglob("defs.yml")} - set(files)):
+        raise CatalogError(f"{stray}: a pipeline is <catalog>/<name>/{DEFS_FILE}, one folder deep")
+    if not files:
+        raise CatalogError(f"{directory}: no pipeline folders (<name>/{DEFS_FILE}) found")
+    return files
+
+
+def read_pipeline(path: Path, directory: Path) -> Pipeline:
+    """One pipeline's defs.yaml: its `type`, then its `attributes` as a Pipeline."""
+    document = _read_yaml(path)
+    unknown = [key for key in document if key not in DEFS_KEYS]
+    if unknown:
+        raise CatalogError(f"{path}: {unknown[0]}: not taken here; a pipeline's file has only {DEFS_KEYS}")
+    if document.get("type") != COMPONENT_TYPE:
+        raise CatalogError(f"{path}: type: expected '{COMPONENT_TYPE}' (got {document.get('type')!r})")
+    return pipeline_from_attributes(path, document.get("attributes"), directory)
+
+
+def pipeline_from_attributes(path: Path, attributes: Any, directory: Path) -> Pipeline:
+    """A defs.yaml's `attributes` as a Pipeline: named like its folder, its patches present."""
+    if not isinstance(attributes, Mapping):
+        got = type(attributes).__name__ if attributes is not None else "nothing"
+        raise CatalogError(f"{path}: attributes: expected the pipeline's document (a mapping), got {got}")
+    pipeline: Pipeline = _validate(path, Pipeline, dict(attributes), prefix="attributes")
+    if pipeline.name != path.parent.name:
+        raise CatalogError(
+            f"{path}: attributes.name: '{pipeline.name}' must match the folder name '{path.parent.name}'"
+        )
+    for repo in pipeline.repositories:
+        for patch in repo.patches:
+            if not (directory / patch).is_file():
+                raise CatalogError(
+                    f"{path}: attributes.repositories.{repo.name}.patches: file '{patch}' not found "
+                    f"under {directory}"
+                )
+    return pipeline
+
+
+def build_catalog(
+    directory: Path, pools: dict[str, Any], runners: dict[str, Runner], pipelines: dict[str, Pipeline]
+) -> Catalog:
+    """The catalog with its cross-file checks (a stage and its runner, a runner and its pool)."""
     try:
         return Catalog(pools=pools, runners=runners, pipelines=pipelines)
     except ValidationError as exc:
         # A cross-file error (a stage and its runner) is told against the pipeline's file.
         message = _describe(exc).removeprefix("(document): ")
         named = re.match(r"pipeline '(\w+)'", message)
-        where = directory / "pipelines" / f"{named.group(1)}.yaml" if named else directory
+        where = directory / named.group(1) / DEFS_FILE if named else directory / RUNNERS_FILE
         raise CatalogError(f"{where}: {message}") from None
 
 

@@ -28,7 +28,7 @@ Reason = Literal[
 
 @dataclass(frozen=True)
 class TpuTarget:
-    """What to create and where: a catalog target's params (pipelines/tpu.yaml)."""
+    """What to create and where: a catalog target's params (defs/tpu/defs.yaml)."""
 
     zone: str
     accelerator_type: str

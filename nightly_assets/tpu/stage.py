@@ -30,7 +30,7 @@ _SKIP_DIRS = {".git", ".venv", "__pycache__", ".pytest_cache", "bazel-out"}
 
 
 class TpuSuiteParams(StageParams):
-    """A test_suite stage's `params` that only a TPU VM takes (pipelines/tpu.yaml)."""
+    """A test_suite stage's `params` that only a TPU VM takes (defs/tpu/defs.yaml)."""
 
     python: str = Field(default="python3", min_length=1, description="the VM's Python")
     venv: bool = Field(default=True, description="run in a fresh venv (with the image's site packages)")
