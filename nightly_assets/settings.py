@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import dagster as dg
-from dagster._config.field_utils import IntEnvVar
 from pydantic import AfterValidator, ValidatorFunctionWrapHandler, WrapValidator
 
 Env = Literal["local", "prod"]
@@ -51,8 +50,12 @@ def env_settings(defaults: Mapping[str, Any] | None = None, /, **fields: str) ->
     return {**(defaults or {}), **variables}
 
 
+# What dg.EnvVar.int returns (its class is not exported).
+INT_ENV_VAR = type(dg.EnvVar.int("NIGHTLY_UNUSED"))
+
+
 def _defer_env_var(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
-    return value if isinstance(value, dg.EnvVar | IntEnvVar) else handler(value)
+    return value if isinstance(value, dg.EnvVar | INT_ENV_VAR) else handler(value)
 
 
 # For a field that is not a str: until a run resolves it, a dg.EnvVar holds the variable's name,
