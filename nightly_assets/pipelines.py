@@ -4,9 +4,9 @@ its PR tier (a PR job and the label sensor that starts it) when it has a PR labe
 import datetime as dt
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import dagster as dg
-from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
 
 from nightly_assets.catalog.models import Catalog, Pipeline
 from nightly_assets.github.sensors import build_pr_label_sensor
@@ -17,20 +17,23 @@ from nightly_assets.stage_kinds import stage_kind
 from nightly_assets.stages import StageSpec
 from nightly_assets.tpu.pr_tier import build_pr_job, pr_op_name
 
+if TYPE_CHECKING:  # what dg.define_asset_job returns; the class is not exported
+    from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
+
 EMBEDDED_PIPELINE = "demo"  # its schedule runs in every environment
 
 
 @dataclass(frozen=True)
 class PipelineDefs:
     assets: list[dg.AssetsDefinition]
-    nightly_job: UnresolvedAssetJobDefinition
-    summary_job: UnresolvedAssetJobDefinition
+    nightly_job: "UnresolvedAssetJobDefinition"
+    summary_job: "UnresolvedAssetJobDefinition"
     schedule: dg.ScheduleDefinition
     pr_job: dg.JobDefinition | None = None  # tier 3 of seed 003: a pipeline with a PR label
     pr_sensor: dg.SensorDefinition | None = None
 
     @property
-    def jobs(self) -> list[UnresolvedAssetJobDefinition]:
+    def jobs(self) -> "list[UnresolvedAssetJobDefinition]":
         return [self.nightly_job, self.summary_job]
 
     def definitions(self) -> dg.Definitions:
@@ -78,7 +81,7 @@ def build_pipeline(catalog: Catalog, catalog_dir: Path, pipeline: Pipeline, env:
 
 
 def _night_schedule(
-    pipeline: Pipeline, job: UnresolvedAssetJobDefinition, running: bool
+    pipeline: Pipeline, job: "UnresolvedAssetJobDefinition", running: bool
 ) -> dg.ScheduleDefinition:
     @dg.schedule(
         name=f"{pipeline.name}_schedule",
