@@ -14,6 +14,7 @@ import dagster as dg
 
 from nightly_assets.artefacts.resources import ArtefactStoreResource
 from nightly_assets.catalog.models import Catalog, Pipeline, Runner, Stage, Target
+from nightly_assets.manifests import PinnedRepo, SourcesManifest
 from nightly_assets.night_lease import hold_night
 from nightly_assets.partitions import night_key
 from nightly_assets.results import CheckOutcome, NightKey
@@ -55,13 +56,12 @@ class StageSpec:
 
     def pinned_repo(
         self, artefacts: ArtefactStoreResource, key: NightKey, repo: str | None = None
-    ) -> dict[str, str]:
+    ) -> PinnedRepo:
         """The sources stage's record of `repo` (default: the stage's `params.repo`, else the first):
-        `path` of the night's checkout, `sha`, `url`, `branch`..."""
+        its night's checkout (`path`), `sha`, `url` and `branch`."""
         sources = self.pipeline.stages_of("sources")[0].name
         repo = repo or self.repo_name
-        entry: dict[str, str] = artefacts.read_manifest(key, sources)["repos"][repo]
-        return entry
+        return artefacts.manifest(key, sources, SourcesManifest).repos[repo]
 
     @property
     def repo_name(self) -> str:
@@ -84,7 +84,7 @@ class StageSpec:
 
     def checkout(self, artefacts: ArtefactStoreResource, key: NightKey) -> Path:
         """The night's pinned checkout of the stage's repository."""
-        return Path(self.pinned_repo(artefacts, key)["path"])
+        return Path(self.pinned_repo(artefacts, key).path)
 
     @property
     def pool(self) -> str | None:

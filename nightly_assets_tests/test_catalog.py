@@ -147,6 +147,16 @@ def test_builtin_catalog_has_the_seed_values():
             lambda d: d["stages"][4]["params"]["grid"].update(nodes=[0]),
             "stages[4:benchmark_sweep]: params.grid: benchmark_sweep grid.nodes: 0 is not a positive integer",
         ),
+        (  # the VM a TPU target makes is checked at load, not when the night creates it
+            "tpu",
+            lambda d: d["targets"][0]["params"].pop("zone"),
+            "pipeline 'tpu' target 'v6e-1': params.zone must be a non-empty string, got None",
+        ),
+        (
+            "tpu",
+            lambda d: d["targets"][0]["params"].update(spot="yes"),
+            "target 'v6e-1': params.spot must be true or false, got 'yes'",
+        ),
         (
             "tpu",
             lambda d: d["stages"][2].update(params={}),

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from nightly_assets.catalog.loader import BUILTIN_CATALOG_DIR, load_catalog
+from nightly_assets.manifests import EnvironmentManifest
 from nightly_assets.partitions import pipeline_partitions
 from nightly_assets.results import NightKey
 from nightly_assets.runners import backend, backends, stage_backends
@@ -33,11 +34,12 @@ def spec_of(catalog, pipeline: str, stage: str) -> StageSpec:
     return StageSpec(catalog, BUILTIN_CATALOG_DIR, p, p.stage(stage), pipeline_partitions(p))
 
 
-def work_on(spec: StageSpec, runner: str, tmp_path: Path, environment: dict | None = None) -> StageWork:
+def work_on(spec: StageSpec, runner: str, tmp_path: Path, python: str | None = None) -> StageWork:
     target = spec.pipeline.targets[0]
     key = NightKey(spec.pipeline.name, dt.date(2026, 11, 23), target.name)
     run = StageRun(key, target, runner, spec.catalog.runners[runner], tmp_path)
-    return StageWork(context=None, spec=spec, run=run, environment=environment or {})  # type: ignore[arg-type]
+    environment = EnvironmentManifest(python=python) if python else None
+    return StageWork(context=None, spec=spec, run=run, environment=environment)  # type: ignore[arg-type]
 
 
 def test_every_runner_kind_has_its_backend():
@@ -89,7 +91,7 @@ def test_work_a_backend_cannot_do_is_refused_naming_stage_and_runner(catalog, tm
     assert str(refused.value) == "demo/wheels: a wheel build cannot run on 'tpu-v6e' (tpu_vm)"
 
     suite = spec_of(catalog, "torch_spyre", "tests_device")
-    venv = {"mode": "venv", "python": "/usr/bin/python3"}
+    venv = "/usr/bin/python3"
     with pytest.raises(StageNotAvailable) as refused:
         backend("docker").run_suite(work_on(suite, "spyre-aiu", tmp_path, venv))
     assert str(refused.value) == (
@@ -107,7 +109,7 @@ def test_the_local_backend_runs_a_command_and_returns_its_output(catalog, tmp_pa
     import sys
 
     bench = spec_of(catalog, "demo", "benchmarks")
-    work = work_on(bench, "local", tmp_path, {"mode": "venv", "python": sys.executable})
+    work = work_on(bench, "local", tmp_path, sys.executable)
     script = "import sys, json; json.dump({'ok': 1}, open(sys.argv[1], 'w'))"
     output = backend("local").run_command(work, ["python", "-c", script, "{output}"], "timing.json", 60)
     assert output == tmp_path / "timing.json"

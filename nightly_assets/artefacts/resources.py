@@ -12,14 +12,15 @@ import json
 import shutil
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 import dagster as dg
 from dagster_gcp import GCSResource
 from google.cloud.storage.retry import DEFAULT_RETRY
-from pydantic import Field
+from pydantic import Field, ValidationError
 
+from nightly_assets.manifests import Manifest
 from nightly_assets.results import NightKey
 from nightly_assets.settings import Seconds
 
@@ -28,10 +29,15 @@ DEFAULT_BASE_URL = "http://127.0.0.1:3001"
 # What a stage's folder holds that a person opens: reports and logs, not checkouts or venvs.
 REPORT_SUFFIXES = (".xml", ".log", ".md", ".json", ".txt", ".csv", ".pdf", ".png", ".html", ".whl", ".gz")
 MAX_REPORT_BYTES = 200 * 1024 * 1024
+M = TypeVar("M", bound=Manifest)
 
 
 class MissingArtefactError(RuntimeError):
     """A stage asked for an upstream stage's output that this night does not have."""
+
+
+class ManifestError(MissingArtefactError):
+    """An upstream stage's manifest lacks a field this stage reads (or holds a wrong value)."""
 
 
 class ArtefactError(RuntimeError):
@@ -69,6 +75,20 @@ class ArtefactStoreResource(dg.ConfigurableResource):
             )
         result: dict[str, Any] = json.loads(path.read_text())
         return result
+
+    def manifest(self, key: NightKey, stage: str, model: type[M]) -> M:
+        """What this stage reads of `stage`'s manifest, checked against `model`."""
+        document = self.read_manifest(key, stage)
+        try:
+            return model.model_validate(document)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(map(str, e['loc'])) or '(manifest)'}: {e['msg']}" for e in exc.errors()
+            )
+            raise ManifestError(
+                f"{key}: stage '{stage}' left a manifest without what this stage reads ({problems}); "
+                f"materialize {key.pipeline}/{stage} for this partition again"
+            ) from None
 
     def has_manifest(self, key: NightKey, stage: str) -> bool:
         return (self._path(key, stage) / MANIFEST).is_file()

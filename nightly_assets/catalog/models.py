@@ -21,6 +21,7 @@ from pydantic import (
 
 from nightly_assets.stage_kinds import stage_kind, stage_kinds
 from nightly_assets.stage_kinds.spec import ORCHESTRATOR, Identifier, RunnerKind, StageParams
+from nightly_assets.tpu.models import TpuTarget
 
 TargetName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9._-]*$", max_length=48)]
 Arch = Literal["amd64", "arm64"]
@@ -321,6 +322,7 @@ class Catalog(StrictModel):
                         f"pipeline '{pipeline.name}' stage '{stage.name}' names no runner for "
                         f"target arch {missing}"
                     )
+            _check_tpu_targets(pipeline, self.runners)
         return self
 
     def runner_kinds(self, stage: Stage) -> set[str]:
@@ -330,6 +332,17 @@ class Catalog(StrictModel):
     def pool_of(self, stage: Stage) -> str | None:
         """The Dagster pool the stage's runners hold, if any."""
         return next((p for p in (self.runners[r].pool for r in stage.runner_names()) if p), None)
+
+
+def _check_tpu_targets(pipeline: Pipeline, runners: dict[str, Runner]) -> None:
+    """A pipeline with a TPU VM stage: every target says what VM to make (zone, type, runtime)."""
+    if not any(runners[r].kind == "tpu_vm" for s in pipeline.stages for r in s.runner_names()):
+        return
+    for target in pipeline.targets:
+        try:
+            TpuTarget.from_params(target.params, target.name)
+        except ValueError as exc:
+            raise ValueError(f"pipeline '{pipeline.name}' {exc}") from None
 
 
 def _check_runner_kinds(pipeline: Pipeline, stage: Stage, runners: dict[str, Runner]) -> None:

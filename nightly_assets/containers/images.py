@@ -19,6 +19,7 @@ from nightly_assets.containers import recipes
 from nightly_assets.containers.engine import BuildResult, build_image, pull_image, push_image
 from nightly_assets.containers.registry import RetentionResult, copy_image, expire_run_tags
 from nightly_assets.containers.resources import ContainerRegistriesResource, DockerRunnerPoolResource
+from nightly_assets.manifests import EnvironmentManifest
 from nightly_assets.stages import StageRun, StageSpec
 
 if TYPE_CHECKING:  # the stage kind builds this class
@@ -62,7 +63,7 @@ class ImageStage:
         return [t.format(**self.template_vars()) for t in self.params.tag_templates()]
 
     def build_and_publish(
-        self, repo_root: Path, sha: str, wheels: list[Path], base: dict[str, Any] | None
+        self, repo_root: Path, sha: str, wheels: list[Path], base: EnvironmentManifest | None
     ) -> ImageOutcome:
         client = self.pool.client(self.label)
         platform = self.pool.platform_for(self.label, self.run.target.arch)
@@ -139,7 +140,7 @@ class ImageStage:
         repo_root: Path,
         sha: str,
         wheels: list[Path],
-        base: dict[str, Any] | None,
+        base: EnvironmentManifest | None,
         local_latest: str,
     ) -> tuple[recipes.BuildContext, list[str]]:
         build_args = dict(self.run.target.build_args)
@@ -156,10 +157,10 @@ class ImageStage:
             return recipes.framework_context(dest, base_image, build_args), cache_from
         from_image = self.pool.base_image_for(arch)
         if base is not None:
-            from_image = base["local_tag"]
+            from_image = str(base.local_tag)
             if not _exists(client, from_image):
-                pull_image(client, base["reference"], self._auth_for(base["reference"]))
-                from_image = base["reference"]
+                pull_image(client, str(base.reference), self._auth_for(str(base.reference)))
+                from_image = str(base.reference)
         labels = {
             NIGHT_LABEL: self.run.key.night.isoformat(),
             "nightly.pipeline": self.spec.pipeline.name,

@@ -4,7 +4,6 @@ wheels in a clean builder container, on the runner label's Docker host."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import docker  # type: ignore[import-untyped]
 import docker.errors  # type: ignore[import-untyped]
@@ -19,6 +18,7 @@ from nightly_assets.containers.runner import (
     suite_command,
 )
 from nightly_assets.containers.wheels import build_wheels_in_container
+from nightly_assets.manifests import EnvironmentManifest
 from nightly_assets.process import CommandError
 from nightly_assets.results import TestReport
 from nightly_assets.runners.protocol import (
@@ -136,7 +136,7 @@ def suite_in_image(work: StageWork) -> TestReport:
 
 def command_in_image(work: StageWork, argv: list[str], output: str, timeout_s: float) -> Path:
     """`argv` in the night's image; its output file comes back from the run's out folder."""
-    python = work.environment["python"]
+    python = work.env.python
     inside = f"{OUT_DIR}/{output}"
     program = [python if a == "python" else str(a).replace("{output}", inside) for a in argv]
     result = run_in_image(work, program=program, timeout_s=timeout_s)
@@ -157,11 +157,11 @@ def run_in_image(
     env: dict[str, str] | None = None,
 ) -> SuiteRun:
     """Run a pytest suite (or `program`) in the upstream image; outputs land in run.workdir/out."""
-    context, environment, label = work.context, work.environment, work.label
+    context, environment, label = work.context, work.env, work.label
     pool: DockerRunnerPoolResource = work.resources.docker_pool
     client = pool.client(label)
     image = _ensure_image(client, environment, work.resources.registries)
-    python, rootdir = environment["python"], environment["rootdir"]
+    python, rootdir = environment.python, str(environment.rootdir)
     if program is not None:
         command = program_command(python, rootdir, program, timeout_s)
     else:
@@ -182,17 +182,17 @@ def run_in_image(
 
 
 def _ensure_image(
-    client: docker.DockerClient, environment: dict[str, Any], registries: ContainerRegistriesResource
+    client: docker.DockerClient, environment: EnvironmentManifest, registries: ContainerRegistriesResource
 ) -> str:
     """The image by local tag when this engine built it, else pulled from its primary registry."""
-    for reference in (environment["local_tag"], environment["reference"]):
+    for reference in (environment.local_tag, environment.reference):
         try:
             client.images.get(reference)
             return str(reference)
         except docker.errors.ImageNotFound:
             continue
-    reference = environment["reference"]
-    role = environment.get("primary_registry")
+    reference = str(environment.reference)
+    role = environment.primary_registry
     if role is None or not pull_image(client, reference, registries.engine_auth(role)):
         raise ImageNotAvailable(f"image {reference} is not on this engine and no registry serves it")
     return str(reference)

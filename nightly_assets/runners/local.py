@@ -54,7 +54,7 @@ class LocalBackend(RunnerBackend):
         if work.in_image:
             return docker.command_in_image(work, argv, output, timeout_s)
         workdir = work.run.workdir
-        python = work.environment["python"]
+        python = work.env.python
         path = workdir / output
         run_command(
             [python if a == "python" else str(a).replace("{output}", str(path)) for a in argv],
@@ -75,7 +75,7 @@ def _pytest_here(work: StageWork) -> TestReport:
     runner_gpus = run.runner.gpus if run.runner else 0
     gpus = test_runner.visible_gpus() if runner_gpus == "auto" else runner_gpus
     markers, collect_only = suite_selection(work, gpus)
-    python = Path(work.environment["python"])
+    python = Path(work.env.python)
     rootdir = work.spec.checkout(work.artefacts, run.key)
     log = run.workdir / "pytest.log"
     timeout_s = suite.timeout_minutes * 60

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import dagster as dg
 
+from nightly_assets.manifests import EnvironmentManifest
 from nightly_assets.stages import StageNotAvailable
 
 if TYPE_CHECKING:
@@ -33,7 +34,7 @@ class StageWork:
     context: dg.AssetExecutionContext
     spec: StageSpec
     run: StageRun
-    environment: dict[str, Any]
+    environment: EnvironmentManifest | None  # None: no environment stage upstream
 
     @property
     def resources(self) -> Any:
@@ -47,7 +48,17 @@ class StageWork:
     @property
     def in_image(self) -> bool:
         """The upstream environment is the night's image (else a virtualenv on this host)."""
-        return self.environment.get("mode") == "image"
+        return self.environment is not None and self.environment.mode == "image"
+
+    @property
+    def env(self) -> EnvironmentManifest:
+        """The upstream environment; a stage with none upstream cannot run a suite or command."""
+        if self.environment is None:
+            raise StageNotAvailable(
+                f"{self.spec.key.to_user_string()}: no environment or docker_image stage upstream "
+                "holds the night's Python; add one to its deps"
+            )
+        return self.environment
 
     @property
     def label(self) -> str:

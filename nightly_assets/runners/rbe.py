@@ -62,9 +62,9 @@ def bazel_wheels(work: StageWork, params: WheelsParams, *, remote: bool) -> Buil
     bazel: str | None = None
     if build.bootstrap is not None:
         pinned = spec.pinned_repo(work.artefacts, run.key, build.bootstrap.repo)
-        context.log.info(f"bootstrapping Bazel from {build.bootstrap.repo} at {pinned['sha'][:12]}")
+        context.log.info(f"bootstrapping Bazel from {build.bootstrap.repo} at {pinned.sha[:12]}")
         bootstrapped = bazel_rbe.bootstrap(
-            Path(pinned["path"]), pinned["sha"], build.bootstrap, log_path=run.workdir / "bootstrap.log"
+            Path(pinned.path), pinned.sha, build.bootstrap, log_path=run.workdir / "bootstrap.log"
         )
         bazel = str(bootstrapped)
     context.log.info(f"bazel build {' '.join(build.targets)} ({'remote' if remote else 'local'})")

@@ -9,6 +9,7 @@ from pydantic import Field
 from nightly_assets.artefacts.resources import ArtefactStoreResource
 from nightly_assets.batch.resources import BatchSchedulerResource, require_output, require_success
 from nightly_assets.builds.resources import PythonBuildResource
+from nightly_assets.manifests import WheelsManifest
 from nightly_assets.stage_kinds.spec import StageKind, StageParams
 from nightly_assets.stages import StageSpec, recorded_stage
 from nightly_assets.warehouse.resources import WarehouseResource
@@ -36,8 +37,8 @@ def build_batch_job_asset(spec: StageSpec) -> dg.AssetsDefinition:
     ) -> dg.MaterializeResult:
         """A job on the batch machine (the sanity check of the night's build), polled to its end."""
         with recorded_stage(context, spec, artefacts, warehouse) as run:
-            manifest = artefacts.read_manifest(run.key, str(wheels_stage)) if wheels_stage else {}
-            wheels = [Path(w) for w in manifest.get("wheels", [])]
+            built = artefacts.manifest(run.key, wheels_stage, WheelsManifest) if wheels_stage else None
+            wheels = [Path(w) for w in built.wheels] if built else []
             # The ephemeral build root: a fresh environment with only the night's wheels.
             build_root = run.workdir / "build_root"
             python = builder.create_environment(build_root, wheels, run.workdir / "install.log")

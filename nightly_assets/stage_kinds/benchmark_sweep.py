@@ -10,6 +10,7 @@ from nightly_assets.artefacts.resources import ArtefactStoreResource
 from nightly_assets.batch.resources import BatchSchedulerResource
 from nightly_assets.batch.sweep import SweepPoint, command_for, expand_grid, row_to_json, run_sweep
 from nightly_assets.batch.toy_benchmark import toy_benchmark_argv
+from nightly_assets.manifests import ReleaseManifest
 from nightly_assets.results import BenchmarkResult
 from nightly_assets.stage_kinds.spec import StageKind, StageParams
 from nightly_assets.stages import StageSpec, recorded_stage
@@ -46,7 +47,9 @@ def build_benchmark_sweep_asset(spec: StageSpec) -> dg.AssetsDefinition:
     ) -> dg.MaterializeResult:
         """One benchmark job per grid point (trials x nodes x ranks per node), one row each."""
         with recorded_stage(context, spec, artefacts, warehouse) as run:
-            python = artefacts.read_manifest(run.key, str(release_stage))["python"] if release_stage else None
+            python = (
+                artefacts.manifest(run.key, release_stage, ReleaseManifest).python if release_stage else None
+            )
             command = [a.replace("{python}", str(python)) for a in params.command] or [
                 str(python),
                 *toy_benchmark_argv(params.seconds)[1:],

@@ -9,6 +9,7 @@ from pydantic import Field, model_validator
 
 from nightly_assets.artefacts.resources import ArtefactStoreResource
 from nightly_assets.benchmarks.timing import read_timing_file
+from nightly_assets.manifests import EnvironmentManifest, TimingManifest
 from nightly_assets.runners import backend, stage_backends
 from nightly_assets.runners.protocol import StageWork
 from nightly_assets.stage_kinds.spec import ORCHESTRATOR, StageKind, StageParams
@@ -49,18 +50,20 @@ def build_benchmarks_asset(spec: StageSpec) -> dg.AssetsDefinition:
         warehouse: WarehouseResource = context.resources.warehouse
         with recorded_stage(context, spec, artefacts, warehouse) as run:
             if params.command is not None:
-                environment = artefacts.read_manifest(run.key, env_stage) if env_stage else {}
+                environment = (
+                    artefacts.manifest(run.key, env_stage, EnvironmentManifest) if env_stage else None
+                )
                 work = StageWork(context, spec, run, environment)
                 runner = backend(run.runner_kind)
                 output = runner.run_command(work, params.command, "timing.json", BENCHMARK_TIMEOUT_S)
             else:
                 assert params.from_stage is not None  # the params model requires one of the two
-                upstream = artefacts.read_manifest(run.key, params.from_stage)
-                if "timing_file" not in upstream:
+                upstream = artefacts.manifest(run.key, params.from_stage, TimingManifest)
+                if upstream.timing_file is None:
                     raise StageNotAvailable(
                         f"{spec.key.to_user_string()}: stage '{params.from_stage}' wrote no timing file"
                     )
-                output = Path(upstream["timing_file"])
+                output = Path(upstream.timing_file)
             results = read_timing_file(output)
             warehouse.store().record_benchmarks(run.key, results)
             run.manifest["benchmarks"] = {

@@ -8,6 +8,7 @@ from pydantic import Field
 from nightly_assets.artefacts.resources import ArtefactStoreResource
 from nightly_assets.batch.deploy import deploy
 from nightly_assets.batch.resources import BatchSchedulerResource
+from nightly_assets.manifests import BuildRootManifest
 from nightly_assets.stage_kinds.spec import StageKind, StageParams
 from nightly_assets.stages import StageSpec, recorded_stage
 from nightly_assets.warehouse.resources import WarehouseResource
@@ -29,16 +30,16 @@ def build_deploy_asset(spec: StageSpec) -> dg.AssetsDefinition:
     ) -> dg.MaterializeResult:
         """The night's build copied from the ephemeral build root to the release root."""
         with recorded_stage(context, spec, artefacts, warehouse) as run:
-            built = artefacts.read_manifest(run.key, str(build_stage))
+            built = artefacts.manifest(run.key, str(build_stage), BuildRootManifest)
             if batch.release_root is None:
                 raise ValueError("the batch resource has no release_root: set NIGHTLY_RELEASE_ROOT")
             release = deploy(
-                Path(built["build_root"]),
+                Path(built.build_root),
                 Path(batch.release_root) / spec.pipeline.name / run.target.name,
                 run.key.night.isoformat(),
                 keep=spec.params(DeployParams).keep or spec.pipeline.retention_days,
             )
-            python = release.path / Path(built["python"]).relative_to(built["build_root"])
+            python = release.path / Path(built.python).relative_to(built.build_root)
             run.manifest.update(
                 release=str(release.path), python=str(python), current=str(release.current_target)
             )

@@ -14,6 +14,7 @@ from nightly_assets.builds.resources import PythonBuildResource
 from nightly_assets.containers import checks
 from nightly_assets.containers.images import ImageStage
 from nightly_assets.containers.resources import ContainerRegistriesResource, DockerRunnerPoolResource
+from nightly_assets.manifests import EnvironmentManifest, WheelsManifest
 from nightly_assets.stage_kinds.spec import RepoParams, StageKind
 from nightly_assets.stages import StageSpec, recorded_stage, stage_events
 from nightly_assets.warehouse.resources import WarehouseResource
@@ -82,8 +83,8 @@ def build_docker_image_asset(spec: StageSpec) -> dg.AssetsDefinition:
                     run_id=context.run.run_id,
                 )
                 sources = spec.pinned_repo(artefacts, run.key)
-                base = artefacts.read_manifest(run.key, base_stage) if base_stage else None
-                outcome = stage.build_and_publish(Path(sources["path"]), sources["sha"], wheels, base)
+                base = artefacts.manifest(run.key, base_stage, EnvironmentManifest) if base_stage else None
+                outcome = stage.build_and_publish(Path(sources.path), sources.sha, wheels, base)
                 run.manifest.update(outcome.manifest)
                 run.artefact = outcome.manifest["reference"]
                 run.detail = outcome.detail
@@ -100,7 +101,7 @@ def build_docker_image_asset(spec: StageSpec) -> dg.AssetsDefinition:
 def _wheels(artefacts: ArtefactStoreResource, key: Any, wheels_stage: str | None) -> list[Path]:
     if wheels_stage is None:
         return []
-    return [Path(w) for w in artefacts.read_manifest(key, wheels_stage)["wheels"]]
+    return [Path(w) for w in artefacts.manifest(key, wheels_stage, WheelsManifest).wheels]
 
 
 KIND = StageKind(

@@ -6,6 +6,7 @@ import dagster as dg
 
 from nightly_assets.artefacts.resources import ArtefactStoreResource
 from nightly_assets.builds.resources import PythonBuildResource
+from nightly_assets.manifests import WheelsManifest
 from nightly_assets.stage_kinds.spec import ORCHESTRATOR, NoParams, StageKind
 from nightly_assets.stages import StageSpec, recorded_stage
 from nightly_assets.warehouse.resources import WarehouseResource
@@ -23,7 +24,7 @@ def build_environment_asset(spec: StageSpec) -> dg.AssetsDefinition:
     ) -> dg.MaterializeResult:
         """A fresh virtual environment with only the night's wheels installed."""
         with recorded_stage(context, spec, artefacts, warehouse) as run:
-            wheels = [Path(w) for w in artefacts.read_manifest(run.key, str(wheels_stage))["wheels"]]
+            wheels = [Path(w) for w in artefacts.manifest(run.key, str(wheels_stage), WheelsManifest).wheels]
             python = builder.create_environment(run.workdir / "venv", wheels, run.workdir / "install.log")
             run.manifest["python"] = str(python)
             run.manifest["installed"] = [w.name for w in wheels]

@@ -7,6 +7,7 @@ import dagster as dg
 
 from nightly_assets.artefacts.resources import ArtefactStoreResource
 from nightly_assets.benchmarks import checks
+from nightly_assets.manifests import BenchmarksManifest
 from nightly_assets.stage_kinds.spec import ORCHESTRATOR, NoParams, StageKind
 from nightly_assets.stages import StageSpec, recorded_stage, stage_events
 from nightly_assets.warehouse.resources import WarehouseResource
@@ -24,7 +25,7 @@ def build_perf_baseline_asset(spec: StageSpec) -> dg.AssetsDefinition:
     ) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
         """Each benchmark's median over the earlier nights, with tonight's ratio to it."""
         with recorded_stage(context, spec, artefacts, warehouse) as run:
-            tonight = artefacts.read_manifest(run.key, str(bench_stage))["benchmarks"]
+            tonight = artefacts.manifest(run.key, str(bench_stage), BenchmarksManifest).benchmarks
             store = warehouse.store()
             comparison = {}
             for name, row in tonight.items():
@@ -37,10 +38,10 @@ def build_perf_baseline_asset(spec: StageSpec) -> dg.AssetsDefinition:
                 )
                 baseline = statistics.median(v for _, v in history) if history else None
                 comparison[name] = {
-                    **row,
+                    **row.model_dump(),
                     "baseline": baseline,
                     "nights": len(history),
-                    "ratio": round(row["value"] / baseline, 4) if baseline else None,
+                    "ratio": round(row.value / baseline, 4) if baseline else None,
                 }
             run.manifest["comparison"] = comparison
             run.detail = ", ".join(

@@ -5,6 +5,7 @@ from pathlib import Path
 import dagster as dg
 
 from nightly_assets.artefacts.resources import ArtefactStoreResource
+from nightly_assets.manifests import WheelsManifest
 from nightly_assets.release.resources import LocalPackageIndexResource
 from nightly_assets.stage_kinds.spec import ORCHESTRATOR, StageKind, StageParams
 from nightly_assets.stages import StageNotAvailable, StageSpec, recorded_stage
@@ -39,8 +40,8 @@ def build_publish_wheels_asset(spec: StageSpec) -> dg.AssetsDefinition:
                     f"{spec.key.to_user_string()}: uploading to the '{params.index}' index needs the "
                     "package index resource (twine against pypiserver), not in this deployment yet"
                 )
-            manifest = artefacts.read_manifest(run.key, str(wheels_stage))
-            files = [Path(f) for f in manifest["wheels"] + manifest.get("sdists", [])]
+            built = artefacts.manifest(run.key, str(wheels_stage), WheelsManifest)
+            files = [Path(f) for f in built.wheels + built.sdists]
             published = package_index.publish(spec.pipeline.name, files)
             run.manifest["published"] = [str(p) for p in published]
             run.artefact = str(published[0].parent) if published else None

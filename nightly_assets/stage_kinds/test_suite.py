@@ -8,6 +8,7 @@ import dagster as dg
 from pydantic import Field
 
 from nightly_assets.artefacts.resources import ArtefactStoreResource
+from nightly_assets.manifests import EnvironmentManifest
 from nightly_assets.runners import backend, runner_kinds
 from nightly_assets.runners.protocol import RunnerBackend, StageWork
 from nightly_assets.stage_kinds.spec import RepoParams, StageKind
@@ -56,7 +57,7 @@ def build_test_suite_asset(spec: StageSpec) -> dg.AssetsDefinition:
         artefacts: ArtefactStoreResource = context.resources.artefacts
         warehouse: WarehouseResource = context.resources.warehouse
         with recorded_stage(context, spec, artefacts, warehouse) as run:
-            environment = artefacts.read_manifest(run.key, env_stage) if env_stage else {}
+            environment = artefacts.manifest(run.key, env_stage, EnvironmentManifest) if env_stage else None
             work = StageWork(context, spec, run, environment)
             outcome = suite_backend(spec, run.runner_kind).run_suite(work)
             report = outcome.report

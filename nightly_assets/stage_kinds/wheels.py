@@ -64,7 +64,7 @@ def build_wheels_asset(spec: StageSpec) -> dg.AssetsDefinition:
         artefacts: ArtefactStoreResource = context.resources.artefacts
         warehouse: WarehouseResource = context.resources.warehouse
         with recorded_stage(context, spec, artefacts, warehouse) as run:
-            work = StageWork(context, spec, run, environment={})
+            work = StageWork(context, spec, run, environment=None)
             built = backend(run.runner_kind).build_wheels(work, params)
             wheels, extra = built.wheels, built.builder
             sdists: list[Path] = []

@@ -1,0 +1,85 @@
+"""What one stage leaves for the next: the typed fields of the manifests later stages read.
+
+A stage writes its manifest (`manifest.json` in its folder) as a mapping; a stage that reads an
+upstream one names the model of what it needs, and a manifest that lacks it (an older layout, a
+stage that ran differently) is refused naming the stage, the night and the field, not with a
+KeyError deep inside a build. Fields a stage writes only for people (durations, logs) stay untyped.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Self
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class Manifest(BaseModel):
+    """The part of a stage's manifest other stages read; anything else in it is kept as it is."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+
+class PinnedRepo(Manifest):
+    """One repository as the sources stage pinned and checked it out for the night."""
+
+    url: str
+    branch: str
+    sha: str
+    path: str  # the night's checkout
+
+
+class SourcesManifest(Manifest):
+    repos: dict[str, PinnedRepo]
+
+
+class WheelsManifest(Manifest):
+    wheels: list[str]
+    sdists: list[str] = Field(default_factory=list)
+
+
+class EnvironmentManifest(Manifest):
+    """Where the night's wheels are installed: a virtualenv on this host, or the night's image."""
+
+    mode: Literal["venv", "image"] = "venv"
+    python: str  # the environment's Python (a path on this host, or in the image)
+    rootdir: str | None = None  # the image's working folder
+    local_tag: str | None = None  # the image as the engine that built it names it
+    reference: str | None = None  # the image in its primary registry
+    primary_registry: str | None = None
+
+    @model_validator(mode="after")
+    def _an_image_is_named(self) -> Self:
+        if self.mode == "image" and not (self.rootdir and self.local_tag and self.reference):
+            raise ValueError("an image environment names its rootdir, local_tag and reference")
+        return self
+
+
+class TimingManifest(Manifest):
+    timing_file: str | None = None  # a suite's timing JSON (the TPU suites write one)
+
+
+class BenchmarkValue(Manifest):
+    value: float
+    unit: str
+    lower_is_better: bool
+
+
+class BenchmarksManifest(Manifest):
+    benchmarks: dict[str, BenchmarkValue]
+
+
+class BuildRootManifest(Manifest):
+    """The batch sanity job's ephemeral build root, which the deploy stage releases."""
+
+    build_root: str
+    python: str
+
+
+class ReleaseManifest(Manifest):
+    release: str
+    python: str  # the released environment's Python
+
+
+class SweepManifest(Manifest):
+    metric: str
+    rows: list[dict[str, Any]]
