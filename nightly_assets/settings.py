@@ -51,7 +51,7 @@ def env_settings(defaults: Mapping[str, Any] | None = None, /, **fields: str) ->
 
 
 # What dg.EnvVar.int returns (its class is not exported).
-INT_ENV_VAR = type(dg.EnvVar.int("NIGHTLY_UNUSED"))
+INT_ENV_VAR = type(dg.EnvVar.int("_"))
 
 
 def _defer_env_var(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:

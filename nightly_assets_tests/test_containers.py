@@ -277,7 +277,7 @@ def test_a_failed_image_build_starts_no_test_container(image_nights, docker_engi
     stages = {s.stage: s.status for s in image_nights.resources["warehouse"].store().stages(key)}
     assert stages["framework_image"] == "failure"
     assert "tests_unit" not in stages or stages["tests_unit"] != "success"
-    assert {c.id for c in client.containers.list(all=True)} == before
+    assert not {c.id for c in client.containers.list(all=True)} - before  # none left (the engine is shared)
 
 
 def test_mirror_through_500_and_429_still_lands_a_whole_image(

@@ -23,7 +23,7 @@ import yaml
 SAMPLE_PROJECT_DIR = Path(__file__).parent / "sample_project"
 HISTORY_FILE = SAMPLE_PROJECT_DIR / "history.yaml"
 # The demo pipeline applies this patch after checkout; it lives with the catalog that names it.
-PATCHES_DIR = Path(__file__).parents[1] / "catalog" / "patches" / "demo"
+PATCHES_DIR = Path(__file__).parents[1] / "defs" / "patches" / "demo"
 BRANCH = "main"
 AUTHOR_NAME = "nightly-demo"
 AUTHOR_EMAIL = "demo@nightly.invalid"
