@@ -4,7 +4,14 @@
 import sys
 from collections.abc import Callable
 
-from benchmarks import bazel_cache, definitions_load, image_cache, night_overhead, tpu_overhead
+from benchmarks import (
+    bazel_cache,
+    definitions_load,
+    image_cache,
+    junit_streaming,
+    night_overhead,
+    tpu_overhead,
+)
 
 BENCHMARKS: dict[str, Callable[[], dict[str, float]]] = {
     "definitions_load": definitions_load.main,
@@ -12,6 +19,7 @@ BENCHMARKS: dict[str, Callable[[], dict[str, float]]] = {
     "image_cache": image_cache.main,
     "tpu_overhead": tpu_overhead.main,
     "bazel_cache": bazel_cache.main,
+    "junit_streaming": junit_streaming.main,
 }
 
 

@@ -22,9 +22,9 @@ class NightKey:
         return f"{self.pipeline}/{self.night.isoformat()}/{self.target}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: a report may hold millions of them
 class TestCase:
-    """One test case as a JUnit report (pytest or Bazel) records it."""
+    """One test case as a JUnit report records it."""
 
     __test__ = False  # not a pytest test class
 

@@ -1,8 +1,11 @@
-"""Tests for nightly_assets.testing.junit, fed with files written by real pytest runs."""
+"""Tests for nightly_assets.testing.junit, fed with files written by real pytest runs and with
+hand-written files in each tool's own shape (data/junit/)."""
 
 from __future__ import annotations
 
+import logging
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -13,7 +16,13 @@ import pytest
 
 from nightly_assets.results import TestCase, TestReport
 from nightly_assets.testing.junit import (
+    MAX_MESSAGE_CHARS,
+    MAX_NAME_CHARS,
+    TRUNCATED,
+    UNREADABLE_REPORT,
     JUnitError,
+    JUnitStream,
+    iter_junit,
     parse_bazel_testlogs,
     parse_collect_only,
     parse_junit,
@@ -67,6 +76,7 @@ class TestHelper:
         pass
 '''
 SAMPLE_TEST_COUNT = 7
+DATA = Path(__file__).parent / "data" / "junit"
 
 
 def _run_pytest(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -215,8 +225,9 @@ def test_nested_suites_duration_counts_outermost_suites_only(tmp_path: Path) -> 
 
     report = parse_junit(path, suite="nested")
 
-    assert [c.node_id for c in report.cases] == ["a::t1", "t2", "b::t3"]
-    assert report.cases[1].classname == ""
+    # t2 has no classname: the enclosing suite qualifies it.
+    assert [c.node_id for c in report.cases] == ["a::t1", "outer::t2", "b::t3"]
+    assert report.cases[1].classname == "outer"
     assert report.cases[1].message == "boom\n      at line 3"  # text used when no message attr
     assert report.cases[2].duration_s == 0.0
     assert report.duration_s == pytest.approx(3.25)
@@ -237,19 +248,26 @@ def test_duration_falls_back_to_case_sum_without_suite_time(tmp_path: Path) -> N
     assert parse_junit(path, suite="s").duration_s == pytest.approx(1.75)
 
 
-def test_long_failure_text_is_cut_to_2000_characters(tmp_path: Path) -> None:
+def test_long_names_and_messages_are_cut_and_marked(tmp_path: Path) -> None:
     path = _write(
         tmp_path / "long.xml",
         f"""
-        <testsuite name="s"><testcase name="t"><error>
-        {"x" * 5000}
-        </error></testcase></testsuite>
+        <testsuite name="s">
+          <testcase classname="{"c" * 3000}" name="{"n" * 3000}"><error>
+          {"x" * 20000}
+          </error></testcase>
+          <testcase classname="c" name="t"><failure message="{"m" * 9000}">short text</failure></testcase>
+        </testsuite>
         """,
     )
 
-    [case] = parse_junit(path, suite="s").cases
+    long_names, long_attribute = parse_junit(path, suite="s").cases
 
-    assert case.message == "x" * 2000
+    assert long_names.message == "x" * (MAX_MESSAGE_CHARS - len(TRUNCATED)) + TRUNCATED
+    assert long_names.name == "n" * (MAX_NAME_CHARS - len(TRUNCATED)) + TRUNCATED
+    assert long_names.classname == "c" * (MAX_NAME_CHARS - len(TRUNCATED)) + TRUNCATED
+    assert long_attribute.message is not None and len(long_attribute.message) == MAX_MESSAGE_CHARS
+    assert long_attribute.message.endswith(TRUNCATED)
 
 
 def test_failures_md_escapes_cuts_and_caps_rows() -> None:
@@ -478,21 +496,6 @@ NGINX_502 = (
             "unit.xml: forbidden XML construct (entity declaration); JUnit files must be plain XML",
             id="billion-laughs",
         ),
-        pytest.param(
-            '<testsuite><testcase name="a"/><testcase classname="c"/></testsuite>',
-            "unit.xml: <testcase> #2 has no 'name' attribute",
-            id="no-name",
-        ),
-        pytest.param(
-            '<testsuite><testcase classname="c" name="slow" time="1.5s"/></testsuite>',
-            "unit.xml: <testcase> 'c::slow' has non-numeric time='1.5s', expected a number",
-            id="bad-time",
-        ),
-        pytest.param(
-            '<testsuite name="s" time="soon"><testcase name="t"/></testsuite>',
-            "unit.xml: <testsuite> 's' has non-numeric time='soon'",
-            id="bad-suite-time",
-        ),
     ],
 )
 def test_bad_junit_files(tmp_path: Path, content: str, expected: str) -> None:
@@ -519,11 +522,16 @@ def test_missing_file(tmp_path: Path) -> None:
         parse_junit(tmp_path / "absent.xml", suite="unit")
 
 
-def test_missing_file_in_a_list(tmp_path: Path) -> None:
+def test_missing_file_in_a_list_is_an_error_case(tmp_path: Path) -> None:
     good = _write(tmp_path / "good.xml", '<testsuite><testcase name="t"/></testsuite>')
 
-    with pytest.raises(JUnitError, match=r"absent\.xml: file not found"):
-        parse_junit_files([good, tmp_path / "absent.xml"], suite="unit")
+    report = parse_junit_files([good, tmp_path / "absent.xml"], suite="unit")
+
+    assert [(c.node_id, c.outcome) for c in report.cases] == [
+        ("t", "passed"),
+        (f"absent.xml::{UNREADABLE_REPORT}", "error"),
+    ]
+    assert report.cases[1].message == f"{tmp_path / 'absent.xml'}: file not found"
 
 
 def test_empty_file_list() -> None:
@@ -547,3 +555,337 @@ def test_suites_nested_past_the_recursion_limit_parse(tmp_path: Path) -> None:
     )
     report = parse_junit(path, suite="s")
     assert [(c.name, c.outcome) for c in report.cases] == [("deep", "failed"), ("shallow", "passed")]
+
+
+def test_nested_suites_without_classname_are_capped_not_recursed(tmp_path: Path) -> None:
+    depth = 5000
+    path = tmp_path / "deep.xml"
+    path.write_text(
+        "<testsuites>"
+        + "".join(f"<testsuite name='level{i}'>" for i in range(depth))
+        + "<testcase name='deep'><skipped/></testcase>"
+        + "</testsuite>" * depth
+        + "</testsuites>"
+    )
+
+    [case] = parse_junit(path, suite="s").cases
+
+    assert case.outcome == "skipped"
+    assert case.classname.startswith("level0::level1::level2::")
+    assert len(case.classname) == MAX_NAME_CHARS and case.classname.endswith(TRUNCATED)
+
+
+# --- the dialects, each in its tool's own shape (data/junit/) -----------------------------------
+
+ALL_FIXTURES = sorted(DATA.glob("*.xml"))
+
+
+def _outcomes(report: TestReport) -> dict[str, tuple[str, int]]:
+    return {c.node_id: (c.outcome, c.attempts) for c in report.cases}
+
+
+@pytest.mark.parametrize("fixture", ALL_FIXTURES, ids=lambda p: p.stem)
+def test_no_two_cases_of_a_fixture_share_an_id(fixture: Path) -> None:
+    report = parse_junit(fixture, suite="s")
+
+    ids = [c.node_id for c in report.cases]
+    assert report.total > 0
+    assert len(set(ids)) == len(ids), ids
+
+
+def test_pytest_xunit2_ids_stay_classname_and_name() -> None:
+    report = parse_junit(DATA / "pytest_xunit2.xml", suite="unit")
+
+    assert _outcomes(report) == {
+        "tests.test_math::test_add": ("passed", 1),
+        "tests.test_math::test_div[0]": ("failed", 1),
+        "tests.test_io::test_read": ("error", 1),
+        "tests.test_gpu::test_cuda": ("skipped", 1),
+        "tests.test_math.TestMul::test_mul": ("passed", 1),
+    }
+    cases = _by_name(report)
+    assert cases["test_div[0]"].message == "ZeroDivisionError: division by zero"
+    assert cases["test_read"].message == 'failed on setup with "RuntimeError: disk unreachable"'
+    assert cases["test_cuda"].message == "needs a GPU"
+    assert report.duration_s == pytest.approx(1.234)
+
+
+def test_surefire_reruns_count_as_flaky_with_their_attempts() -> None:
+    report = parse_junit(DATA / "surefire_reruns.xml", suite="java")
+
+    prefix = "com.example.cache.CacheTest::"
+    assert {k.removeprefix(prefix): v for k, v in _outcomes(report).items()} == {
+        "hitsAfterPut": ("passed", 1),
+        "evictsOldest": ("passed", 3),  # two <flakyFailure>s, then a pass
+        "loadsConfig": ("passed", 2),  # one <flakyError>, then a pass
+        "expiresEntries": ("failed", 3),  # <failure> and two <rerunFailure>s
+        "persistsToDisk": ("error", 2),  # <error> and one <rerunError>
+        "concurrentWrites": ("skipped", 1),
+    }
+    assert [c.name for c in report.flaky] == ["evictsOldest", "loadsConfig"]
+    cases = _by_name(report)
+    assert cases["evictsOldest"].message is None  # it passed
+    assert cases["expiresEntries"].message == "expired 0 entries, expected 10"
+    assert cases["expiresEntries"].duration_s == pytest.approx(1234.5)  # time="1,234.5"
+    assert cases["concurrentWrites"].message == "JDK-8301234: flaky on ARM"
+    assert report.duration_s == pytest.approx(4.512)
+
+
+def test_gradle_report() -> None:
+    report = parse_junit(DATA / "gradle.xml", suite="java")
+
+    assert _outcomes(report) == {
+        "org.example.parser.ParserTest::parsesEmptyInput()": ("passed", 1),
+        "org.example.parser.ParserTest::parsesNestedLists()": ("failed", 1),
+        "org.example.parser.ParserTest::parsesHugeInput()": ("skipped", 1),
+    }
+    assert (report.cases[1].message or "").endswith("expected: <2> but was: <1>")
+    assert report.cases[2].message is None
+    assert report.duration_s == pytest.approx(0.412)
+
+
+def test_jest_junit_cases_are_qualified_by_their_suite() -> None:
+    report = parse_junit(DATA / "jest_junit.xml", suite="web")
+
+    # jest-junit writes classname == name, and the same test in several files.
+    assert _outcomes(report) == {
+        "Button::Button renders with a label": ("passed", 1),
+        "Button::accessibility has no violations": ("passed", 1),
+        "Button::Button supports a tooltip": ("skipped", 1),
+        "Link::Link follows href": ("passed", 1),
+        "Link::accessibility has no violations": ("failed", 1),
+        "Link::Link opens in a new tab": ("passed", 1),
+    }
+    failed = report.failures[0]
+    assert (failed.classname, failed.name) == ("Link", "accessibility has no violations")
+    assert (failed.message or "").startswith("Error: expect(received).toHaveNoViolations(expected)\n")
+    assert report.duration_s == pytest.approx(1.104 + 2.113)
+
+
+def test_go_junit_report_keeps_packages_apart() -> None:
+    report = parse_junit(DATA / "go_junit_report.xml", suite="go")
+
+    assert _outcomes(report) == {
+        "example.com/app/internal/util::TestParse": ("passed", 1),
+        "example.com/app/internal/util::TestParse/empty_input": ("failed", 1),
+        "example.com/app/internal/util::TestFormat": ("passed", 1),
+        "example.com/app/cmd/util::TestParse": ("passed", 1),
+        "example.com/app/cmd/util::TestNetwork": ("skipped", 1),
+    }
+    assert report.failures[0].message == "Failed"
+    assert report.duration_s == pytest.approx(0.016)
+
+
+def test_ctest_notrun_and_disabled_are_skipped() -> None:
+    report = parse_junit(DATA / "ctest.xml", suite="cpp")
+
+    assert _outcomes(report) == {
+        "Linux-c++::unit_math": ("passed", 1),
+        "Linux-c++::unit_io": ("failed", 1),
+        "Linux-c++::gpu_kernels": ("skipped", 1),  # status="notrun"
+        "Linux-c++::legacy_io": ("skipped", 1),  # status="disabled", no <skipped/>
+    }
+    assert _by_name(report)["gpu_kernels"].message == "Unable to find required file: /ci/build/gpu_kernels"
+    assert report.duration_s == pytest.approx(2.0)
+
+
+def test_gtest_suppressed_and_skipped_are_skipped() -> None:
+    report = parse_junit(DATA / "gtest.xml", suite="cpp")
+
+    assert _outcomes(report) == {
+        "MatrixTest::Multiplies": ("passed", 1),
+        "MatrixTest::Inverts": ("failed", 1),
+        "MatrixTest::DISABLED_Huge": ("skipped", 1),  # status="notrun" result="suppressed"
+        "DeviceTest::RunsOnGpu": ("skipped", 1),  # result="skipped" with <skipped>
+        "DeviceTest::Multiplies": ("passed", 1),
+        "Sizes/ShapeTest::Broadcasts/0": ("passed", 1),
+    }
+    cases = {c.node_id: c for c in report.cases}
+    assert (cases["MatrixTest::Inverts"].message or "").startswith("matrix_test.cc:24\nExpected equality")
+    assert cases["DeviceTest::RunsOnGpu"].message == "device_test.cc:9\nno GPU visible\n"
+    assert report.duration_s == pytest.approx(0.035)
+
+
+def test_nested_suites_qualify_cases_without_classname() -> None:
+    report = parse_junit(DATA / "nested.xml", suite="api")
+
+    assert _outcomes(report) == {
+        "api/users.spec.js::GET /users::returns 200": ("passed", 1),
+        "api/users.spec.js::GET /users::pages results": ("failed", 1),
+        "api/users.spec.js::POST /users::returns 200": ("passed", 1),
+        "api/teams.spec.js::GET /users::returns 200": ("passed", 1),
+    }
+    assert report.duration_s == pytest.approx(0.75)  # the two outermost suites
+
+
+def test_bazel_generated_test_xml_keeps_its_label_id(tmp_path: Path) -> None:
+    testlogs = tmp_path / "bazel-testlogs"
+    target = testlogs / "tensorflow" / "core" / "kernels" / "matmul_op_test"
+    target.mkdir(parents=True)
+    shutil.copy(DATA / "bazel_test.xml", target / "test.xml")
+
+    [case] = parse_bazel_testlogs(testlogs, suite="bazel").cases
+
+    # The suite named like the case adds nothing: the id is the label's, as before.
+    assert case.classname == "//tensorflow/core/kernels:matmul_op_test"
+    assert case.name == "tensorflow/core/kernels/matmul_op_test"
+    assert (case.outcome, case.message, case.duration_s) == ("error", "exited with error code 1", 41.0)
+
+
+def test_bazel_testlogs_keep_other_targets_when_one_test_xml_is_bad(tmp_path: Path) -> None:
+    testlogs = tmp_path / "bazel-testlogs"
+    _bazel_target(testlogs, "pkg", "pass_test", exit_code=0, secs=3)
+    bad = _bazel_target(testlogs, "pkg", "cut_test", exit_code=0, secs=1)
+    (bad / "test.xml").write_text('<?xml version="1.0"?>\n<testsuites>\n<testsuite name="pkg/cut_test">\n')
+
+    report = parse_bazel_testlogs(testlogs, suite="bazel")
+
+    assert _outcomes(report) == {
+        f"//pkg:cut_test::{UNREADABLE_REPORT}": ("error", 1),
+        "//pkg:pass_test::pkg/pass_test": ("passed", 1),
+    }
+    message = report.cases[0].message or ""
+    assert message.startswith(f"{bad / 'test.xml'}: malformed XML at line 4, column 0")
+    assert report.duration_s == pytest.approx(3.0)
+
+
+def test_bad_files_in_a_list_keep_everything_else(tmp_path: Path) -> None:
+    cut = _write(
+        tmp_path / "cut.xml",
+        """
+        <testsuite name="s">
+          <testcase classname="m" name="before" time="2"/>
+          <testcase classname="m" name="also_before"><failure message="boom"/></testcase>
+          <testcase classname="m" name="half
+        """,
+    )
+    html = tmp_path / "page.xml"
+    html.write_text(NGINX_502)
+    good = _write(tmp_path / "good.xml", '<testsuite><testcase classname="g" name="t"/></testsuite>')
+
+    report = parse_junit_files([cut, html, good], suite="all")
+
+    assert [(c.node_id, c.outcome) for c in report.cases] == [
+        ("m::before", "passed"),
+        ("m::also_before", "failed"),
+        (f"cut.xml::{UNREADABLE_REPORT}", "error"),
+        (f"page.xml::{UNREADABLE_REPORT}", "error"),
+        ("g::t", "passed"),
+    ]
+    assert (report.cases[2].message or "").startswith(f"{cut}: malformed XML at line ")
+    assert report.cases[3].message == (
+        f"{html}: not a JUnit report: root element is <html>, expected <testsuites> or <testsuite>"
+    )
+    assert report.duration_s == pytest.approx(2.0)
+    assert report.source_files == (str(cut), str(html), str(good))
+
+
+# --- lenient reading: one odd case does not discard the file --------------------------------------
+
+
+def test_nameless_case_gets_a_placeholder_and_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = _write(
+        tmp_path / "unit.xml",
+        '<testsuite name="s"><testcase classname="c" name="a"/><testcase classname="c"><failure/></testcase>'
+        '<testcase classname="c" name="b"/></testsuite>',
+    )
+
+    with caplog.at_level(logging.WARNING, logger="nightly_assets.testing.junit"):
+        report = parse_junit(path, suite="unit")
+
+    assert [(c.node_id, c.outcome) for c in report.cases] == [
+        ("c::a", "passed"),
+        ("c::<unnamed testcase #2>", "failed"),
+        ("c::b", "passed"),
+    ]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{path}: <testcase> #2 has no 'name' attribute; recorded as '<unnamed testcase #2>'"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("raw", "seconds", "warned"),
+    [
+        ("1,234.5", 1234.5, False),
+        ("12,345,678", 12345678.0, False),
+        ("0,25", 0.25, False),
+        ("1.5s", 1.5, False),
+        (" 2 ", 2.0, False),
+        ("", 0.0, False),
+        ("soon", 0.0, True),
+        ("nan", 0.0, True),
+        ("-3", 0.0, True),
+    ],
+)
+def test_times_are_read_leniently(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, raw: str, seconds: float, warned: bool
+) -> None:
+    path = _write(
+        tmp_path / "unit.xml", f'<testsuite><testcase classname="c" name="t" time="{raw}"/></testsuite>'
+    )
+
+    with caplog.at_level(logging.WARNING, logger="nightly_assets.testing.junit"):
+        [case] = parse_junit(path, suite="unit").cases
+
+    assert case.duration_s == pytest.approx(seconds)
+    expected = [f"{path}: <testcase> 'c::t' has time={raw!r}, expected a number of seconds; counted as 0"]
+    assert [r.getMessage() for r in caplog.records] == (expected if warned else [])
+
+
+def test_bad_suite_time_warns_and_counts_zero(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = _write(
+        tmp_path / "unit.xml", '<testsuite name="s" time="soon"><testcase name="t" time="1"/></testsuite>'
+    )
+
+    with caplog.at_level(logging.WARNING, logger="nightly_assets.testing.junit"):
+        report = parse_junit(path, suite="unit")
+
+    assert report.total == 1 and report.duration_s == 0.0
+    assert "<testsuite> 's' has time='soon', expected a number of seconds" in caplog.text
+
+
+def test_warnings_are_capped_per_file(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = _write(tmp_path / "unit.xml", "<testsuite>" + "<testcase/>" * 100 + "</testsuite>")
+
+    with caplog.at_level(logging.WARNING, logger="nightly_assets.testing.junit"):
+        report = parse_junit(path, suite="unit")
+
+    assert report.total == 100 and len({c.name for c in report.cases}) == 100
+    assert len(caplog.records) == 21
+    assert caplog.records[-1].getMessage() == f"{path}: 80 more warnings not shown"
+
+
+# --- streaming ------------------------------------------------------------------------------------
+
+
+def test_streaming_memory_does_not_grow_with_the_file(tmp_path: Path) -> None:
+    import tracemalloc
+
+    path = tmp_path / "big.xml"
+    out = "<system-out>" + "log line of a chatty test\n" * 40 + "</system-out>"
+    with path.open("w") as f:
+        f.write("<testsuites><testsuite name='big' time='1'>")
+        for i in range(5000):
+            f.write(f"<testcase classname='m{i % 7}' name='t{i}' time='0.001'>{out}</testcase>")
+        f.write("</testsuite></testsuites>")
+    assert path.stat().st_size > 5_000_000
+
+    tracemalloc.start()
+    try:
+        count = sum(1 for _ in iter_junit(path))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+
+    assert count == 5000
+    assert peak < 1_000_000, peak  # a whole tree would take tens of MB
+
+
+def test_stream_reports_duration_after_the_last_case(tmp_path: Path) -> None:
+    stream = JUnitStream(DATA / "nested.xml")
+
+    names = [c.name for c in stream.cases()]
+
+    assert len(names) == 4 and stream.duration_s == pytest.approx(0.75) and stream.warnings == 0

@@ -1,0 +1,159 @@
+"""Peak memory and throughput of parsing a large JUnit file, against a file a tenth its size.
+
+The file is pytest-shaped (captured output on every case, a failure or a skip now and then):
+`BENCH_JUNIT_MB` (1024) MB holding about 2 M cases at the default size. Each file is parsed twice,
+each time in a fresh interpreter whose peak RSS is the child's own `ru_maxrss` (os.wait4 in a
+small launcher process: Linux carries the RSS of the process that forks a child into the child's
+ru_maxrss across exec, so forking it from this large process would raise every figure):
+- `stream`: `iter_junit`, counting outcomes as it goes: the parser's own memory. It must not grow
+  with the file (full/tenth ratio near 1) and must stay under TARGET_PEAK_MB at full size.
+- `report`: `parse_junit`, which keeps every case in the TestReport as a stage does; its memory
+  grows with the number of cases (about 190 bytes of RSS each), not with the bytes read.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+TARGET_PEAK_MB = 300.0
+BYTES_PER_CASE = 537  # 1 GiB holds 2 M cases
+
+_CHILD = """
+import collections, json, sys, time
+from pathlib import Path
+from nightly_assets.testing.junit import iter_junit, parse_junit
+path, mode = Path(sys.argv[1]), sys.argv[2]
+start = time.perf_counter()
+if not path.stat().st_size:
+    cases = 0
+elif mode == "stream":
+    cases = sum(collections.Counter(case.outcome for case in iter_junit(path)).values())
+else:
+    cases = parse_junit(path, "bench").total
+print(json.dumps({"cases": cases, "seconds": time.perf_counter() - start}))
+"""
+
+_LAUNCHER = """
+import json, os, subprocess, sys
+child = subprocess.Popen([sys.executable, "-c", *sys.argv[1:]], stdout=subprocess.PIPE, text=True)
+output = child.stdout.read()
+_, status, usage = os.wait4(child.pid, 0)
+if os.waitstatus_to_exitcode(status):
+    sys.exit(f"the parse exited {os.waitstatus_to_exitcode(status)}")
+print(json.dumps({**json.loads(output), "maxrss_kib": usage.ru_maxrss}))
+"""
+
+_OUTPUT = (
+    "<system-out>collected fixtures: tmp_path, monkeypatch, device\n"
+    "INFO  nightly.bench: step {i} started\nINFO  nightly.bench: step {i} finished in 3 ms\n"
+    "DEBUG nightly.bench: cache hit ratio 0.97, 12 entries evicted\n"
+    "WARNING nightly.bench: retrying request {i} after a 503 from the fake server\n"
+    "INFO  nightly.bench: wrote /tmp/pytest-of-ci/pytest-0/test_case_{i}/out.npy (4 KiB)\n"
+    "</system-out>"
+)
+_FAILURE = (
+    '<failure message="AssertionError: assert 0.31 == 0.3 ± 1.0e-02">def test_case(param):\n'
+    "&gt;       assert measured == pytest.approx(expected, rel=1e-2)\n"
+    "E       AssertionError: assert 0.31 == 0.3 ± 1.0e-02\n"
+    "E        +  where 0.31 = measure(device=&apos;cpu&apos;)\n\n"
+    "tests/bench/test_numerics.py:88: AssertionError</failure>"
+)
+_SKIPPED = (
+    '<skipped type="pytest.skip" message="needs a GPU">tests/bench/conftest.py:12: needs a GPU</skipped>'
+)
+
+
+def write_junit(path: Path, size_bytes: int) -> int:
+    """A pytest-shaped JUnit file of about `size_bytes`; returns the number of cases."""
+    cases = max(1, size_bytes // BYTES_PER_CASE)
+    with path.open("w", encoding="utf-8") as out:
+        out.write('<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest" ')
+        counts = f'errors="0" failures="{cases // 50}" skipped="{cases // 33}" tests="{cases}"'
+        out.write(f'{counts} time="{cases / 500:.3f}">')
+        chunk = []
+        for i in range(cases):
+            detail = _FAILURE if i % 50 == 7 else _SKIPPED if i % 33 == 5 else ""
+            chunk.append(
+                f'<testcase classname="tests.bench.pkg_{i % 97:02d}.test_module_{i % 389:03d}" '
+                f'name="test_case_{i:07d}[float32-batch{i % 8}]" time="0.{i % 1000:03d}">'
+                f"{detail}{_OUTPUT.format(i=i)}</testcase>\n"
+            )
+            if len(chunk) == 10_000:
+                out.write("".join(chunk))
+                chunk.clear()
+        out.write("".join(chunk))
+        out.write("</testsuite></testsuites>\n")
+    return cases
+
+
+def measure(path: Path, mode: str) -> dict[str, float]:
+    """Parse `path` in a fresh interpreter ("stream" or "report"): its peak RSS (MB), cases and
+    parse seconds."""
+    launched = subprocess.run(
+        [sys.executable, "-c", _LAUNCHER, _CHILD, str(path), mode],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    result = json.loads(launched.stdout)
+    # ru_maxrss is in KiB on Linux.
+    return {"peak_mb": result["maxrss_kib"] / 1024, "cases": result["cases"], "seconds": result["seconds"]}
+
+
+def main() -> dict[str, float]:
+    size_mb = float(os.environ.get("BENCH_JUNIT_MB", "1024"))
+    rows: dict[tuple[str, str], dict[str, float]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        empty = Path(tmp) / "empty.xml"
+        empty.touch()
+        bare = measure(empty, "stream")  # the interpreter and the imports, nothing parsed
+        for size in ("tenth", "full"):
+            path = Path(tmp) / f"{size}.xml"
+            start = time.perf_counter()
+            cases = write_junit(path, int((size_mb / 10 if size == "tenth" else size_mb) * 1024 * 1024))
+            written = time.perf_counter() - start
+            file_mb = path.stat().st_size / 1024 / 1024
+            print(f"  wrote the {size} file: {file_mb:,.0f} MB, {cases:,} cases, in {written:.0f} s")
+            for mode in ("stream", "report"):
+                rows[size, mode] = {**measure(path, mode), "file_mb": file_mb}
+                assert rows[size, mode]["cases"] == cases, (rows[size, mode], cases)
+            path.unlink()
+    print("junit streaming (a fresh interpreter per parse; peak RSS = the child's ru_maxrss)")
+    print(f"  imports only                         {bare['peak_mb']:7.0f} MB peak")
+    for (size, mode), row in rows.items():
+        print(
+            f"  {mode:<6} {size:<5} {row['file_mb']:7,.0f} MB file {row['cases']:>10,.0f} cases "
+            f"{row['peak_mb']:7.0f} MB peak {row['cases'] / row['seconds']:9,.0f} cases/s "
+            f"{row['file_mb'] / row['seconds']:6.1f} MB/s"
+        )
+    stream, report = rows["full", "stream"], rows["full", "report"]
+    size_ratio = stream["file_mb"] / rows["tenth", "stream"]["file_mb"]
+    stream_ratio = stream["peak_mb"] / rows["tenth", "stream"]["peak_mb"]
+    report_ratio = report["peak_mb"] / rows["tenth", "report"]["peak_mb"]
+    per_case = (report["peak_mb"] - stream["peak_mb"]) * 1024 * 1024 / report["cases"]
+    print(
+        f"  full/tenth: {size_ratio:.1f}x the bytes; stream {stream_ratio:.2f}x the peak RSS, "
+        f"report {report_ratio:.2f}x (the kept cases: {per_case:.0f} bytes each)"
+    )
+    verdict = "ok" if stream["peak_mb"] < TARGET_PEAK_MB else "OVER TARGET"
+    print(
+        f"  target: streaming {stream['file_mb']:,.0f} MB in < {TARGET_PEAK_MB:.0f} MB peak: "
+        f"{stream['peak_mb']:.0f} MB, {verdict}"
+    )
+    assert stream["peak_mb"] < TARGET_PEAK_MB, (
+        f"peak RSS {stream['peak_mb']:.0f} MB >= {TARGET_PEAK_MB:.0f} MB"
+    )
+    return {
+        "junit_stream_peak_full_vs_tenth": stream_ratio,
+        "junit_report_peak_full_vs_tenth": report_ratio,
+        "junit_stream_cases_per_s_full_vs_tenth": (stream["cases"] / stream["seconds"])
+        / (rows["tenth", "stream"]["cases"] / rows["tenth", "stream"]["seconds"]),
+    }
+
+
+if __name__ == "__main__":
+    main()
