@@ -4,7 +4,15 @@
 import sys
 from collections.abc import Callable
 
-from benchmarks import bazel_cache, definitions_load, image_cache, night_overhead, tpu_overhead
+from benchmarks import (
+    bazel_cache,
+    definitions_load,
+    image_cache,
+    night_overhead,
+    tpu_overhead,
+    warehouse_history,
+    warehouse_write,
+)
 
 BENCHMARKS: dict[str, Callable[[], dict[str, float]]] = {
     "definitions_load": definitions_load.main,
@@ -12,6 +20,8 @@ BENCHMARKS: dict[str, Callable[[], dict[str, float]]] = {
     "image_cache": image_cache.main,
     "tpu_overhead": tpu_overhead.main,
     "bazel_cache": bazel_cache.main,
+    "warehouse_write": warehouse_write.main,
+    "warehouse_history": warehouse_history.main,
 }
 
 
