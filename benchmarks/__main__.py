@@ -11,6 +11,8 @@ from benchmarks import (
     junit_streaming,
     night_overhead,
     tpu_overhead,
+    warehouse_history,
+    warehouse_write,
 )
 
 BENCHMARKS: dict[str, Callable[[], dict[str, float]]] = {
@@ -20,6 +22,8 @@ BENCHMARKS: dict[str, Callable[[], dict[str, float]]] = {
     "tpu_overhead": tpu_overhead.main,
     "bazel_cache": bazel_cache.main,
     "junit_streaming": junit_streaming.main,
+    "warehouse_write": warehouse_write.main,
+    "warehouse_history": warehouse_history.main,
 }
 
 

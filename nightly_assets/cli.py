@@ -237,34 +237,32 @@ def _status(catalog: Catalog, only: str | None, as_json: bool) -> int:
 
 
 def _status_rows(store: Any, pipelines: list[Pipeline]) -> list[dict[str, Any]]:
-    rows = []
-    for pipeline in pipelines:
-        for night in sorted(store.nights(pipeline.name), key=lambda n: (n.night, n.target), reverse=True):
-            key = NightKey(pipeline.name, night.night, night.target)
-            stages = {s.stage: s.status for s in store.stages(key)}
-            rows.append(
+    """One row per night x target, newest first: a bounded number of warehouse queries (the
+    store's `night_overviews`), however many nights there are."""
+    stages_of = {p.name: p.stages for p in pipelines}
+    return [
+        {
+            "pipeline": o.night.pipeline,
+            "night": o.night.night.isoformat(),
+            "target": o.night.target,
+            "status": o.night.status,
+            "run_id": o.night.run_id,
+            "pins": o.night.pins,
+            "stages": {s.name: o.stages.get(s.name, "skipped") for s in stages_of[o.night.pipeline]},
+            "tests": o.suites,
+            "failed_checks": [
                 {
-                    "pipeline": pipeline.name,
-                    "night": night.night.isoformat(),
-                    "target": night.target,
-                    "status": night.status,
-                    "run_id": night.run_id,
-                    "pins": night.pins,
-                    "stages": {s.name: stages.get(s.name, "skipped") for s in pipeline.stages},
-                    "tests": store.suite_counts(key),
-                    "failed_checks": [
-                        {
-                            "stage": c.stage,
-                            "check": c.name,
-                            "severity": c.severity,
-                            "description": c.description,
-                        }
-                        for c in store.checks(key)
-                        if not c.passed
-                    ],
+                    "stage": c.stage,
+                    "check": c.name,
+                    "severity": c.severity,
+                    "description": c.description,
                 }
-            )
-    return rows
+                for c in o.checks
+                if not c.passed
+            ],
+        }
+        for o in store.night_overviews([p.name for p in pipelines])
+    ]
 
 
 _MARKS = {"success": "+", "failure": "x", "skipped": "-", "running": "~", "cancelled": "c"}

@@ -100,6 +100,45 @@ def test_an_interrupted_night_ends_cancelled_with_no_error_alert_and_no_process_
     assert statuses == [dg.DagsterRunStatus.CANCELED]
 
 
+def test_status_reads_a_bounded_number_of_queries_however_many_nights(dagster_home, capsys):
+    """Four SELECTs (nights, stages, suites, checks) for 40 nights x 2 targets, not some per night."""
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    from nightly_assets.results import CheckOutcome, TestCase, TestReport
+
+    store = Warehouse(f"sqlite:///{dagster_home.parent / 'nightly'}/warehouse.sqlite")
+    for day in range(40):
+        for target in ("cpu", "gpu"):
+            key = NightKey("demo", dt.date(2026, 11, 3) + dt.timedelta(days=day), target)
+            store.record_night(key, run_id=f"r{day}", status="success", pins={})
+            store.record_stage(key, "tests_unit", status="success", runner="local", duration_s=1, run_id="r")
+            cases = (TestCase("t", "a", "passed"), TestCase("t", "b", "failed" if day == 39 else "passed"))
+            store.record_test_report(key, TestReport("tests_unit", cases))
+            check = CheckOutcome("tests_unit", "tests_passed", "ERROR", day != 39, "1 failed: t::b")
+            store.record_checks(key, "tests_unit", [check], run_id="r")
+    store.dispose()
+    selects: list[str] = []
+
+    def count(conn, cursor, statement, *args):
+        if statement.lstrip().upper().startswith("SELECT") and " FROM sqlite_master" not in statement:
+            selects.append(statement)
+
+    event.listen(Engine, "before_cursor_execute", count)
+    try:
+        assert main(["status", "--json"]) == 0
+    finally:
+        event.remove(Engine, "before_cursor_execute", count)
+    rows = json.loads(capsys.readouterr().out)
+    assert len(rows) == 80 and len(selects) == 4, selects
+    assert (rows[0]["night"], rows[0]["target"], rows[1]["target"]) == ("2026-12-12", "cpu", "gpu")
+    assert rows[0]["tests"]["tests_unit"]["failed"] == 1 and rows[0]["stages"]["tests_unit"] == "success"
+    assert rows[0]["failed_checks"] == [
+        {"stage": "tests_unit", "check": "tests_passed", "severity": "ERROR", "description": "1 failed: t::b"}
+    ]
+    assert rows[2]["failed_checks"] == [] and rows[2]["stages"]["sources"] == "skipped"
+
+
 @pytest.mark.mysql
 @pytest.mark.slow
 def test_every_command_works_on_the_mysql_warehouse(dagster_home, monkeypatch, capsys, mysql_url):

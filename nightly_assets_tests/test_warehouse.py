@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import cast
 
 import dagster as dg
 import pytest
 
-from nightly_assets.results import OUTCOMES, BenchmarkResult, NightKey, TestCase, TestReport
+from nightly_assets.results import OUTCOMES, BenchmarkResult, NightKey, Outcome, TestCase, TestReport
 from nightly_assets.warehouse import (
     MachineCost,
     Warehouse,
@@ -17,6 +18,7 @@ from nightly_assets.warehouse import (
     WarehouseResource,
     default_warehouse_url,
 )
+from nightly_assets.warehouse.tables import node_key
 
 NIGHT = dt.date(2024, 5, 10)
 KEY = NightKey("tpu-nightly", NIGHT, "linux-x86_64")
@@ -235,3 +237,173 @@ def test_night_returns_the_one_key_or_none(warehouse_url):
         "running",
         {"repo": "abc"},
     )
+
+
+# -- the query API: one test's history, newly failing tests, pass rates ------------------------
+
+
+def _recorder(store: Warehouse) -> Callable[..., NightKey]:
+    def record(key: NightKey, day: int, outcomes: dict[str, str], *, suite: str = "unit") -> NightKey:
+        """Record `suite` on 2024-05-`day`, one case per node id ('cls::name' or 'name')."""
+        at = _at(key, dt.date(2024, 5, day))
+        cases = []
+        for node, outcome in outcomes.items():
+            classname, _, name = node.rpartition("::")
+            cases.append(TestCase(classname, name, cast(Outcome, outcome), 0.5, f"{node} {outcome}"))
+        store.record_test_report(at, TestReport(suite, tuple(cases)))
+        return at
+
+    return record
+
+
+@pytest.fixture
+def nights(warehouse: Warehouse) -> Warehouse:
+    return warehouse
+
+
+def test_test_history_is_one_test_newest_first_across_targets(nights: Warehouse) -> None:
+    _night = _recorder(nights)
+    for day in range(1, 6):
+        _night(KEY, day, {"t.a::one": "passed" if day % 2 else "failed", "t.a::two": "passed"})
+    _night(OTHER_TARGET, 3, {"t.a::one": "error"})
+    _night(KEY, 4, {"t.a::one": "skipped"}, suite="other")  # another suite: another test
+    _night(NightKey("other-pipeline", NIGHT, KEY.target), 4, {"t.a::one": "failed"})
+
+    history = nights.test_history(KEY.pipeline, "unit", "t.a::one", limit=4)
+    assert [(r.night.day, r.target, r.case.outcome) for r in history] == [
+        (5, KEY.target, "passed"),
+        (4, KEY.target, "failed"),
+        (3, OTHER_TARGET.target, "error"),
+        (3, KEY.target, "passed"),
+    ]
+    assert history[1].case == TestCase("t.a", "one", "failed", 0.5, "t.a::one failed")
+    assert history[0].test_id == "t.a::one" and history[0].suite == "unit"
+    assert nights.test_history(KEY.pipeline, "unit", "t.a::missing") == []
+    assert len(nights.test_history(KEY.pipeline, "unit", "t.a::two")) == 5
+
+
+def test_newly_failing_failed_tonight_and_passed_the_previous_night(nights: Warehouse) -> None:
+    _night = _recorder(nights)
+    _night(KEY, 1, {"a": "passed", "b": "passed", "c": "passed"})
+    _night(KEY, 2, {"a": "passed", "b": "failed", "c": "passed", "d": "passed", "e": "skipped"})
+    _night(OTHER_TARGET, 3, {"a": "passed"})  # another target's nights do not count
+    tonight = _night(
+        KEY, 4, {"a": "failed", "b": "failed", "c": "passed", "d": "error", "e": "failed", "new": "failed"}
+    )
+    _night(KEY, 4, {"a": "failed"}, suite="other")  # no previous night of the key: not new there
+
+    newly = nights.newly_failing(tonight)
+    assert [(r.suite, r.test_id, r.case.outcome) for r in newly] == [
+        ("unit", "a", "failed"),
+        ("unit", "d", "error"),
+    ]
+    assert newly[0].night == tonight.night and newly[0].target == KEY.target
+    assert newly[0].case.message == "a failed"
+    assert nights.newly_failing(_at(KEY, dt.date(2024, 5, 1))) == []  # no earlier night
+
+
+def test_pass_rates_per_test_over_the_last_nights(nights: Warehouse) -> None:
+    _night = _recorder(nights)
+    for day in range(1, 6):
+        outcomes = {
+            "always": "passed",
+            "flaky": "failed" if day in (2, 5) else "passed",
+            "broken": "error",
+            "skipped": "skipped",
+            "old": "failed" if day == 1 else "passed",
+        }
+        _night(KEY, day, outcomes)
+    _night(OTHER_TARGET, 5, {"always": "failed"})
+
+    rates = nights.pass_rates(KEY.pipeline, KEY.target, nights=4)  # nights 2..5
+    assert [(r.suite, r.test_id, r.passed, r.runs) for r in rates] == [
+        ("unit", "broken", 0, 4),
+        ("unit", "flaky", 2, 4),
+    ]
+    assert rates[1].rate == 0.5
+    everything = nights.pass_rates(KEY.pipeline, KEY.target, nights=4, below=None)
+    assert {r.test_id: r.rate for r in everything} == {"broken": 0.0, "flaky": 0.5, "always": 1.0, "old": 1.0}
+    until = nights.pass_rates(KEY.pipeline, KEY.target, nights=2, until=dt.date(2024, 5, 2))
+    assert {r.test_id: (r.passed, r.runs) for r in until} == {
+        "broken": (0, 2),
+        "flaky": (1, 2),
+        "old": (1, 2),
+    }
+    assert [r.test_id for r in nights.pass_rates(KEY.pipeline, KEY.target, nights=5, below=0.5)] == ["broken"]
+    assert nights.pass_rates("missing", KEY.target, nights=3) == []
+
+
+def test_night_overviews_are_four_queries_however_many_nights(warehouse: Warehouse) -> None:
+    from sqlalchemy import event
+
+    for day in range(1, 11):
+        key = _at(KEY, dt.date(2024, 5, day))
+        warehouse.record_night(key, run_id=f"r{day}", status="success", pins={"jax": str(day)})
+        warehouse.record_stage(key, "build", status="success", runner="r", duration_s=1, run_id="r")
+        warehouse.record_test_report(key, _report(fail=day == 10))
+    warehouse.record_night(OTHER_TARGET, run_id="o", status="running", pins={})
+    statements: list[str] = []
+    engine = warehouse._engine
+    event.listen(engine, "before_cursor_execute", lambda *args: statements.append(args[2]))
+    overviews = warehouse.night_overviews([KEY.pipeline, "nothing-yet"])
+    assert len(statements) == 4
+    assert [(o.night.night.day, o.night.target) for o in overviews][:3] == [
+        (10, OTHER_TARGET.target),
+        (10, KEY.target),
+        (9, KEY.target),
+    ]
+    newest = overviews[1]
+    assert newest.stages == {"build": "success"} and newest.night.pins == {"jax": "10"}
+    assert newest.suites == {"unit": warehouse.suite_counts(_at(KEY, dt.date(2024, 5, 10)))["unit"]}
+    assert newest.suites["unit"]["failed"] == 1 and overviews[0].suites == {}
+
+
+def test_an_existing_warehouse_gets_the_test_key_and_its_indexes(warehouse_url: str) -> None:
+    """A warehouse made before the test identity indexes: the store adds the column, fills it in
+    for the rows already there (as node_key() computes it, unicode included) and creates the
+    indexes; a second start changes nothing."""
+    from sqlalchemy import create_engine, inspect, text
+
+    engine = create_engine(warehouse_url)
+    store = Warehouse(warehouse_url)
+    cases = (TestCase("tests.тест", "test_ü[🐍]", "failed", 0.1, "x"), TestCase("", "bare", "passed"))
+    store.record_test_report(
+        _at(KEY, dt.date(2024, 5, 9)), TestReport("unit", (TestCase("tests.тест", "test_ü[🐍]", "passed"),))
+    )
+    store.record_test_report(KEY, TestReport("unit", cases))
+    store.dispose()
+    with engine.begin() as connection:  # back to the old schema
+        for name in ("ix_test_cases_test", "ix_test_cases_outcome"):
+            on = "" if engine.dialect.name == "sqlite" else " ON test_cases"
+            connection.execute(text(f"DROP INDEX {name}{on}"))
+        connection.execute(text("ALTER TABLE test_cases DROP COLUMN test_key"))
+
+    for _ in range(2):
+        store = Warehouse(warehouse_url)
+        with engine.connect() as connection:
+            indexes = {i["name"] for i in inspect(connection).get_indexes("test_cases")}
+            keys = dict(connection.execute(text("SELECT name, test_key FROM test_cases")).all())
+        assert {"ix_test_cases_key", "ix_test_cases_test", "ix_test_cases_outcome"} <= indexes
+        assert keys == {"test_ü[🐍]": node_key("tests.тест::test_ü[🐍]"), "bare": node_key("bare")}
+        assert [r.test_id for r in store.newly_failing(KEY)] == ["tests.тест::test_ü[🐍]"]
+        store.dispose()
+    engine.dispose()
+
+
+def test_a_large_report_is_written_in_batches_of_core_inserts(warehouse: Warehouse) -> None:
+    """30,000 cases whose message is NULL every other row: a handful of statements (the ORM's bulk
+    insert made one per change of the NULL columns), and the same rows back."""
+    from sqlalchemy import event
+
+    cases = tuple(
+        TestCase(
+            f"tests.m{i % 7}", f"test_{i}", "failed" if i % 2 else "passed", 0.25, "m" if i % 2 else None
+        )
+        for i in range(30_000)
+    )
+    inserts: list[str] = []
+    record = lambda *args: inserts.append(args[2]) if args[2].lstrip().upper().startswith("INSERT") else None  # noqa: E731
+    event.listen(warehouse._engine, "before_cursor_execute", record)
+    warehouse.record_test_report(KEY, TestReport("big", cases))
+    assert 1 < len(inserts) <= 1 + 30_000 // 1_000  # the suite row, then the cases' batches
+    assert warehouse.failed_cases(KEY, "big") == [c for c in cases if c.outcome == "failed"]

@@ -8,9 +8,10 @@ to a bucket through dagster-gcp and links there.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import shutil
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote
@@ -93,6 +94,35 @@ class ArtefactStoreResource(dg.ConfigurableResource):
     def has_manifest(self, key: NightKey, stage: str) -> bool:
         return (self._path(key, stage) / MANIFEST).is_file()
 
+    # -- retention ----------------------------------------------------------------------------
+
+    def prune(
+        self, pipeline: str, before: dt.date, *, keep: Collection[tuple[dt.date, str]] = ()
+    ) -> list[Path]:
+        """Delete the artefacts (every stage's folder: logs, JUnit, build metrics, work files) of
+        the pipeline's nights older than `before`, except the (night, target) pairs in `keep`
+        (nights still running). Returns the removed night x target folders, oldest first. The
+        warehouse rows of those nights stay: this touches files only."""
+        removed = []
+        for night_dir, night, target_dir in self._expired(pipeline, before):
+            if (night, target_dir.name) in keep:
+                continue
+            shutil.rmtree(target_dir, ignore_errors=True)
+            removed.append(target_dir)
+            if not any(night_dir.iterdir()):
+                night_dir.rmdir()
+        return removed
+
+    def _expired(self, pipeline: str, before: dt.date) -> Iterable[tuple[Path, dt.date, Path]]:
+        folder = Path(self.root) / pipeline
+        for night_dir in sorted(folder.iterdir()) if folder.is_dir() else []:
+            try:
+                night = dt.date.fromisoformat(night_dir.name)
+            except ValueError:  # not a night's folder: never ours to delete
+                continue
+            if night < before and night_dir.is_dir() and not night_dir.is_symlink():
+                yield from ((night_dir, night, t) for t in sorted(night_dir.iterdir()) if t.is_dir())
+
     # -- links ------------------------------------------------------------------------------
 
     def reports(self, key: NightKey, stage: str, extra: Iterable[Path] = ()) -> list[Path]:
@@ -168,6 +198,23 @@ class GcsArtefactStoreResource(ArtefactStoreResource):
 
     def file_url(self, path: Path) -> str:
         return f"{self.base_url.rstrip('/')}/{self.bucket}/{quote(self._object(path))}"
+
+    def prune(
+        self, pipeline: str, before: dt.date, *, keep: Collection[tuple[dt.date, str]] = ()
+    ) -> list[Path]:
+        """The local folders as the local store prunes them, then their uploaded reports."""
+        removed = super().prune(pipeline, before, keep=keep)
+        if not removed:
+            return removed
+        try:
+            bucket = self.gcs.get_client().bucket(self.bucket)
+            for folder in removed:
+                prefix = f"{self._object(folder)}/"
+                for blob in bucket.list_blobs(prefix=prefix):
+                    blob.delete()
+        except Exception as exc:  # google-cloud-storage raises many kinds; the files are gone
+            raise ArtefactError(f"cannot prune gs://{self.bucket}/: {type(exc).__name__}: {exc}") from exc
+        return removed
 
     def folder_url(self, key: NightKey, stage: str) -> str:
         return f"{self.browse_url.rstrip('/')}/{self.bucket}/{quote(self._object(self._path(key, stage)))}/"

@@ -1,8 +1,12 @@
-"""The night summary stage: the table of every stage, written as a file and as Markdown metadata."""
+"""The night summary stage: the table of every stage, written as a file and as Markdown metadata.
+It also applies the pipeline's `retention_days` to the artefacts: the stage folders (logs, JUnit,
+build metrics) of nights older than that are deleted, their warehouse rows kept."""
+
+import datetime as dt
 
 import dagster as dg
 
-from nightly_assets.artefacts.resources import ArtefactStoreResource
+from nightly_assets.artefacts.resources import ArtefactError, ArtefactStoreResource
 from nightly_assets.catalog.models import GitHub as GitHubSettings
 from nightly_assets.github.client import GitHubError
 from nightly_assets.github.resources import GitHubResource
@@ -11,6 +15,7 @@ from nightly_assets.results import NightKey
 from nightly_assets.stage_kinds.spec import ORCHESTRATOR, NoParams, StageKind
 from nightly_assets.stages import StageSpec, recorded_stage
 from nightly_assets.warehouse.resources import WarehouseResource
+from nightly_assets.warehouse.store import Warehouse
 
 
 def build_night_summary_asset(spec: StageSpec) -> dg.AssetsDefinition:
@@ -48,6 +53,8 @@ def build_night_summary_asset(spec: StageSpec) -> dg.AssetsDefinition:
                 assert github_settings is not None
                 issue = _report_failure(context, github, github_settings, run.key, markdown)
                 run.manifest["issue"] = issue
+            pruned = _prune_artefacts(context, artefacts, store, run.key, spec.pipeline.retention_days)
+            run.manifest["pruned"] = pruned
         return dg.MaterializeResult(
             metadata={
                 "summary": dg.MetadataValue.md(markdown),
@@ -57,6 +64,7 @@ def build_night_summary_asset(spec: StageSpec) -> dg.AssetsDefinition:
                 "cost_usd": dg.MetadataValue.float(cost_usd),
                 **run.link_metadata(),
                 **{f"issue/{k}": v for k, v in issue.items()},
+                "pruned_artefacts": dg.MetadataValue.json(pruned),
             }
         )
 
@@ -66,6 +74,30 @@ def build_night_summary_asset(spec: StageSpec) -> dg.AssetsDefinition:
 KIND = StageKind(
     "night_summary", NoParams, build_night_summary_asset, frozenset({"markdown"}), frozenset({ORCHESTRATOR})
 )
+
+
+def _prune_artefacts(
+    context: dg.AssetExecutionContext,
+    artefacts: ArtefactStoreResource,
+    store: Warehouse,
+    key: NightKey,
+    retention_days: int,
+) -> list[str]:
+    """Delete the artefacts of the pipeline's nights older than `retention_days` before this
+    night (the cutoff the registry's run tags expire by), but of nights still running (a
+    backfill). The warehouse keeps their rows. Returns "night/target" of each pruned folder.
+    An error is logged: the summary stands, and the next night prunes again."""
+    cutoff = key.night - dt.timedelta(days=retention_days)
+    running = {(n.night, n.target) for n in store.nights(key.pipeline, status="running")}
+    try:
+        removed = artefacts.prune(key.pipeline, cutoff, keep=running)
+    except (ArtefactError, OSError) as exc:
+        context.log.error(f"retention: could not prune the artefacts of nights before {cutoff}: {exc}")
+        return []
+    pruned = [f"{path.parent.name}/{path.name}" for path in removed]
+    if pruned:
+        context.log.info(f"retention ({retention_days} days): pruned the artefacts of {', '.join(pruned)}")
+    return pruned
 
 
 def _report_failure(

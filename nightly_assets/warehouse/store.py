@@ -3,6 +3,11 @@
 Every write replaces the rows of one key (a night, a stage, a suite, a night's benchmarks) in one
 transaction: delete, then insert. A re-run or backfill therefore never duplicates rows, and a
 failed write leaves the previous rows. Works on SQLite and on MySQL/MariaDB (PyMySQL).
+
+Test cases are written with Core ``insert()`` executemany in batches (PyMySQL sends each batch as
+multi-row INSERTs), not through the ORM, whose bulk insert splits a suite wherever a row's NULL
+columns differ from the previous row's. The query API (``test_history``, ``newly_failing``,
+``pass_rates``) reads through the test identity indexes of ``tables.py``.
 """
 
 from __future__ import annotations
@@ -13,12 +18,25 @@ import json
 import logging
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-from sqlalchemy import ColumnElement, create_engine, delete, event, func, insert, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Table,
+    case,
+    create_engine,
+    delete,
+    event,
+    func,
+    insert,
+    inspect,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, DisconnectionError, IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
@@ -35,6 +53,7 @@ from nightly_assets.warehouse.tables import (
     StageTable,
     SuiteTable,
     TestCaseTable,
+    node_key,
 )
 
 T = TypeVar("T")
@@ -43,6 +62,7 @@ _log = logging.getLogger(__name__)
 # MySQL/MariaDB errors that a retry can outlive: lock wait timeout, deadlock, server shutting
 # down, can't connect, server gone away, lost connection, connection killed, disconnected.
 _TRANSIENT_MYSQL_CODES = frozenset({1205, 1213, 1053, 2003, 2006, 2013, 2055, 1927, 4031})
+WRITE_BATCH = 5_000  # test-case rows per executemany: bounds the memory a 30,000-case suite takes
 RETRY_S = 60.0  # how long a read or write keeps retrying a transient error (a database restart)
 _BACKOFF_S = (0.25, 0.5, 1.0, 2.0, 4.0)  # then 5 s between attempts
 
@@ -93,6 +113,46 @@ class NightRow:
         return NightKey(self.pipeline, self.night, self.target)
 
 
+@dataclass(frozen=True)
+class TestRun:
+    """One test case of one night and target, as the warehouse holds it."""
+
+    __test__ = False  # not a pytest test class
+    night: dt.date
+    target: str
+    suite: str
+    case: TestCase
+
+    @property
+    def test_id(self) -> str:
+        return self.case.node_id
+
+
+@dataclass(frozen=True)
+class PassRate:
+    """How often one test passed over a window of nights: `passed` of `runs` (runs that passed,
+    failed or errored; skipped and collect-only ones do not count)."""
+
+    suite: str
+    test_id: str
+    runs: int
+    passed: int
+
+    @property
+    def rate(self) -> float:
+        return self.passed / self.runs
+
+
+@dataclass(frozen=True)
+class NightOverview:
+    """A night with its stages, suite counts and checks, as `nightly status` shows it."""
+
+    night: NightRow
+    stages: dict[str, str]  # stage -> status
+    suites: dict[str, dict[str, int]]  # suite -> counts, as `suite_counts`
+    checks: list[CheckOutcome]
+
+
 def utc_now() -> dt.datetime:
     """Now in UTC without tzinfo, as the tables store times (MySQL DATETIME has no zone)."""
     return dt.datetime.now(dt.UTC).replace(tzinfo=None)
@@ -129,7 +189,7 @@ class Warehouse:
                 event.listen(self._engine, "connect", _sqlite_on_connect)
         except (SQLAlchemyError, ImportError, OSError, ValueError) as exc:
             raise self._error("cannot open", exc) from exc
-        self._retrying("cannot open", lambda: Base.metadata.create_all(self._engine))
+        self._retrying("cannot open", self._ensure_schema)
         self._sessions = sessionmaker(self._engine)
 
     def __repr__(self) -> str:
@@ -273,26 +333,15 @@ class Warehouse:
             "duration_s": report.duration_s,
             "collect_only": report.collect_only,
         }
-        cases = [
-            {
-                **_key(key),
-                "suite": report.suite,
-                "classname": c.classname,
-                "name": c.name,
-                "outcome": c.outcome,
-                "duration_s": c.duration_s,
-                "message": c.message,
-                "attempts": c.attempts,
-            }
-            for c in report.cases
-        ]
+        table = cast(Table, TestCaseTable.__table__)
 
         def write(session: Session) -> None:
-            for table in (SuiteTable, TestCaseTable):
-                session.execute(delete(table).where(*_is_key(table, key), table.suite == report.suite))
+            for t in (SuiteTable, TestCaseTable):
+                session.execute(delete(t).where(*_is_key(t, key), t.suite == report.suite))
             session.execute(insert(SuiteTable), [suite])
-            if cases:
-                session.execute(insert(TestCaseTable), cases)
+            # Core, not ORM: one executemany per batch, however the rows' NULLs alternate.
+            for rows in _batches(_case_rows(key, report.suite, report.cases), WRITE_BATCH):
+                session.execute(insert(table), rows)
 
         self._write(write)
 
@@ -434,6 +483,218 @@ class Warehouse:
         row = self._read(lambda s: s.scalars(query).one_or_none())
         return None if row is None else _night_row(row)
 
+    def night_overviews(self, pipelines: Sequence[str]) -> list[NightOverview]:
+        """Every night of `pipelines` with its stages, suite counts and checks, newest night first
+        (then by target): four queries however many nights there are."""
+        if not pipelines:
+            return []
+        names = list(pipelines)
+
+        def read(session: Session) -> list[NightOverview]:
+            nights = session.scalars(select(NightTable).where(NightTable.pipeline.in_(names))).all()
+            stages = session.execute(
+                select(
+                    StageTable.pipeline,
+                    StageTable.night,
+                    StageTable.target,
+                    StageTable.stage,
+                    StageTable.status,
+                )
+                .where(StageTable.pipeline.in_(names))
+                .order_by(StageTable.id)
+            ).all()
+            suites = session.scalars(
+                select(SuiteTable).where(SuiteTable.pipeline.in_(names)).order_by(SuiteTable.suite)
+            ).all()
+            checks = session.scalars(
+                select(CheckTable)
+                .where(CheckTable.pipeline.in_(names))
+                .order_by(CheckTable.stage, CheckTable.name)
+            ).all()
+            by_key: dict[tuple[str, dt.date, str], NightOverview] = {
+                (n.pipeline, n.night, n.target): NightOverview(_night_row(n), {}, {}, []) for n in nights
+            }
+            for st in stages:
+                if (found := by_key.get((st.pipeline, st.night, st.target))) is not None:
+                    found.stages[st.stage] = st.status
+            for su in suites:
+                if (found := by_key.get((su.pipeline, su.night, su.target))) is not None:
+                    found.suites[su.suite] = {name: getattr(su, name) for name in _COUNT_COLUMNS}
+            for c in checks:
+                if (found := by_key.get((c.pipeline, c.night, c.target))) is not None:
+                    found.checks.append(
+                        CheckOutcome(c.stage, c.name, cast(Any, c.severity), c.passed, c.description or "")
+                    )
+            order = {name: i for i, name in enumerate(names)}
+            return sorted(
+                by_key.values(),
+                key=lambda o: (order[o.night.pipeline], -o.night.night.toordinal(), o.night.target),
+            )
+
+        return self._read(read)
+
+    # -- test history ---------------------------------------------------------------------
+
+    def test_history(self, pipeline: str, suite: str, test_id: str, limit: int = 30) -> list[TestRun]:
+        """One test (`TestCase.node_id` in `suite`) on up to `limit` nights, newest first, on
+        every target of the pipeline."""
+        t = TestCaseTable
+        query = (
+            select(t)
+            .where(t.pipeline == pipeline, t.suite == suite, t.test_key == node_key(test_id))
+            .order_by(t.night.desc(), t.target, t.id)
+        )
+
+        def read(session: Session) -> list[TestRun]:
+            runs: list[TestRun] = []
+            # Rows in pages: another node id of the same key (a hash collision) is skipped.
+            for row in session.scalars(query.execution_options(yield_per=limit + 1)):
+                run = _test_run(row)
+                if run.test_id == test_id:
+                    runs.append(run)
+                    if len(runs) >= limit:
+                        break
+            return runs
+
+        return self._read(read)
+
+    def newly_failing(self, key: NightKey) -> list[TestRun]:
+        """Cases that failed or errored on the key's night and passed on the previous night of
+        the same pipeline and target (the newest earlier night with test results), by suite and
+        report order. Empty when there is no earlier night."""
+        t = TestCaseTable
+        earlier = (
+            select(func.max(SuiteTable.night))
+            .where(
+                SuiteTable.pipeline == key.pipeline,
+                SuiteTable.target == key.target,
+                SuiteTable.night < key.night,
+                SuiteTable.collect_only.is_(False),
+            )
+            .scalar_subquery()
+        )
+
+        def read(session: Session) -> list[TestRun]:
+            previous = session.scalar(select(earlier))
+            if previous is None:
+                return []
+            before = TestCaseTable.__table__.alias("before")
+            passed_before = (
+                select(before.c.id)
+                .where(
+                    before.c.pipeline == key.pipeline,
+                    before.c.target == key.target,
+                    before.c.night == previous,
+                    before.c.outcome == "passed",
+                    before.c.suite == t.suite,
+                    before.c.test_key == t.test_key,
+                )
+                .exists()
+            )
+            query = (
+                select(t)
+                .where(*_is_key(t, key), t.outcome.in_(_FAILED), passed_before)
+                .order_by(t.suite, t.id)
+            )
+            # Same key on both nights; the node id itself decides (a hash collision is no match).
+            rows = session.scalars(query).all()
+            if not rows:
+                return []
+            ids = {(r.suite, r.test_key) for r in rows}
+            passed_ids = _node_ids(session, key, previous, ids, outcome="passed")
+            return [
+                run
+                for r in rows
+                if (run := _test_run(r)).test_id in passed_ids.get((r.suite, r.test_key), ())
+            ]
+
+        return self._read(read)
+
+    def pass_rates(
+        self,
+        pipeline: str,
+        target: str,
+        nights: int,
+        *,
+        until: dt.date | None = None,
+        below: float | None = 1.0,
+    ) -> list[PassRate]:
+        """Per test, how often it passed over the last `nights` nights with test results of
+        the pipeline and target (up to and including `until`, default the newest), lowest rate
+        first. With `below` (default 1.0: every test that did not pass every run) only tests
+        whose rate is lower; `below=None` returns every test that ran. A test that passed every
+        run is not listed unless `below` is None or above 1."""
+        t = TestCaseTable
+        window = (
+            select(SuiteTable.night)
+            .where(SuiteTable.pipeline == pipeline, SuiteTable.target == target)
+            .group_by(SuiteTable.night)
+            .order_by(SuiteTable.night.desc())
+            .limit(nights)
+        )
+        if until is not None:
+            window = window.where(SuiteTable.night <= until)
+        in_window = [t.pipeline == pipeline, t.target == target]
+
+        def read(session: Session) -> list[PassRate]:
+            days = list(session.scalars(window))
+            if not days:
+                return []
+            # Counting through the test index, the window is a range (with an IN list of test keys
+            # as well MariaDB gave up ranges on an IN x IN product): the same rows, as every night
+            # with results between its ends is in it. Finding failures through the outcome index,
+            # it is the IN list: each night's failures are then one range.
+            in_range = [*in_window, t.night.between(days[-1], days[0])]
+            where = [*in_range, t.outcome.in_(_RAN)]
+            count = select(
+                t.suite, t.test_key, func.count(), func.sum(case((t.outcome == "passed", 1), else_=0))
+            )
+            names: dict[_TestId, list[str]] = {}
+            if below is None or below > 1:
+                tallies = session.execute(count.where(*where).group_by(t.suite, t.test_key)).all()
+                newest = NightKey(pipeline, days[0], target)  # most tests' names in one query
+                for suite, key_, classname, name in session.execute(
+                    select(t.suite, t.test_key, t.classname, t.name).where(*_is_key(t, newest))
+                ):
+                    names.setdefault((suite, key_), [f"{classname}::{name}" if classname else name])
+            else:
+                # Only a test that failed can be below 1: those come through the outcome index
+                # (names included), then their runs are counted through the test index.
+                failing = session.execute(
+                    select(t.suite, t.test_key, t.classname, t.name).where(
+                        *in_window, t.night.in_(days), t.outcome.in_(_FAILED)
+                    )
+                )
+                for suite, key_, classname, name in failing:
+                    node_id = f"{classname}::{name}" if classname else name
+                    found = names.setdefault((suite, key_), [])
+                    if node_id not in found:
+                        found.append(node_id)
+                keys: dict[str, list[int | None]] = {}
+                for suite, key_ in names:
+                    keys.setdefault(suite, []).append(key_)
+                tallies = []
+                for suite, suite_keys in keys.items():
+                    for chunk in _batches(iter(suite_keys), 500):
+                        tallies += session.execute(
+                            count.where(*where, t.suite == suite, t.test_key.in_(chunk)).group_by(
+                                t.suite, t.test_key
+                            )
+                        ).all()
+            rates = {(s, k): (int(runs), int(passed or 0)) for s, k, runs, passed in tallies}
+            if below is not None:
+                rates = {sk: rp for sk, rp in rates.items() if rp[1] / rp[0] < below}
+            missing = {sk for sk in rates if sk not in names}  # tests the newest night did not run
+            names.update(_node_ids(session, NightKey(pipeline, days[0], target), days, missing, outcome=None))
+            result = [
+                PassRate(suite, node_id, runs, passed)
+                for (suite, key_), (runs, passed) in rates.items()
+                for node_id in names.get((suite, key_), ())[:1]
+            ]
+            return sorted(result, key=lambda r: (r.rate, r.suite, r.test_id))
+
+        return self._read(read)
+
     def row_counts(self, key: NightKey) -> dict[str, int]:
         """Rows per table for the key."""
 
@@ -449,6 +710,47 @@ class Warehouse:
         return self._read(count)
 
     # -- plumbing -------------------------------------------------------------------------
+
+    def _ensure_schema(self) -> None:
+        """Create what is missing, idempotently and safe against another process doing the
+        same: tables (with their indexes), then columns and indexes that a newer version added
+        to an existing table. `test_cases.test_key` is filled in for older rows before its
+        indexes are created, so a start that dies half-way is completed by the next one."""
+        Base.metadata.create_all(self._engine)
+        with self._engine.connect() as connection:
+            have = {c["name"] for c in inspect(connection).get_columns(TestCaseTable.__tablename__)}
+        if "test_key" not in have:
+            _ddl(self._engine, "ALTER TABLE test_cases ADD COLUMN test_key BIGINT")
+        for table in Base.metadata.sorted_tables:
+            with self._engine.connect() as connection:
+                indexes = {i["name"] for i in inspect(connection).get_indexes(table.name)}
+            missing = [index for index in table.indexes if index.name not in indexes]
+            if missing and table.name == TestCaseTable.__tablename__:
+                self._fill_test_keys()
+            for index in missing:
+                _log.warning("warehouse %s: creating index %s", self._url, index.name)
+                with self._engine.connect() as connection:
+                    try:
+                        index.create(connection)
+                        connection.commit()
+                    except SQLAlchemyError as exc:  # another process created it first
+                        if not _exists_error(exc):
+                            raise
+
+    def _fill_test_keys(self) -> None:
+        """Compute `test_key` for rows written before the column existed (one UPDATE)."""
+        node_id = case(
+            (TestCaseTable.classname == "", TestCaseTable.name),
+            else_=TestCaseTable.classname + "::" + TestCaseTable.name,
+        )
+        if self._engine.dialect.name == "sqlite":
+            value: Any = func.nightly_test_key(node_id)
+        else:
+            value = func.conv(func.left(func.md5(node_id), 15), 16, 10)
+        with self._engine.begin() as connection:
+            connection.execute(
+                update(TestCaseTable).where(TestCaseTable.test_key.is_(None)).values(test_key=value)
+            )
 
     def _replace(
         self,
@@ -520,6 +822,9 @@ class Warehouse:
 
 
 _COUNT_COLUMNS = ("total", "passed", "failed", "error", "skipped", "collected")
+_FAILED = ("failed", "error")
+_TestId = tuple[str, int | None]  # (suite, test_key)
+_RAN = ("passed", "failed", "error")
 _COST_COLUMNS = tuple(MachineCost.__dataclass_fields__)
 
 
@@ -559,7 +864,100 @@ def _engine_options(url: str) -> dict[str, Any]:
     return {}
 
 
+def _case_rows(key: NightKey, suite: str, cases: Iterable[TestCase]) -> Iterator[dict[str, Any]]:
+    night = _key(key)
+    for c in cases:
+        yield {
+            **night,
+            "suite": suite,
+            "classname": c.classname,
+            "name": c.name,
+            "outcome": c.outcome,
+            "duration_s": c.duration_s,
+            "message": c.message,
+            "attempts": c.attempts,
+            "test_key": node_key(c.node_id),
+        }
+
+
+def _batches(items: Iterator[T], size: int) -> Iterator[list[T]]:
+    while batch := list(itertools.islice(items, size)):
+        yield batch
+
+
+def _test_run(row: TestCaseTable) -> TestRun:
+    case_ = TestCase(
+        classname=row.classname,
+        name=row.name,
+        outcome=cast(Outcome, row.outcome),
+        duration_s=row.duration_s,
+        message=row.message,
+        attempts=row.attempts,
+    )
+    return TestRun(row.night, row.target, row.suite, case_)
+
+
+def _node_ids(
+    session: Session,
+    key: NightKey,
+    nights: dt.date | Sequence[dt.date],
+    ids: set[_TestId],
+    *,
+    outcome: str | None,
+) -> dict[_TestId, list[str]]:
+    """The node ids of (suite, test_key) pairs on the key's pipeline and target, looked up
+    through the test index (500 keys a query)."""
+    t = TestCaseTable
+    days = [nights] if isinstance(nights, dt.date) else list(nights)
+    by_suite: dict[str, list[int | None]] = {}
+    for suite, key_ in ids:
+        by_suite.setdefault(suite, []).append(key_)
+    found: dict[_TestId, list[str]] = {}
+    for suite, keys in by_suite.items():
+        for chunk in _batches(iter(keys), 500):
+            where = [
+                t.pipeline == key.pipeline,
+                t.suite == suite,
+                t.test_key.in_(chunk),
+                t.night.between(min(days), max(days)),
+                t.target == key.target,
+            ]
+            if outcome is not None:
+                where.append(t.outcome == outcome)
+            rows = session.execute(
+                select(t.test_key, t.classname, t.name).where(*where).order_by(t.night.desc())
+            )
+            for key_, classname, name in rows:
+                node_id = f"{classname}::{name}" if classname else name
+                names = found.setdefault((suite, key_), [])
+                if node_id not in names:
+                    names.append(node_id)
+    return found
+
+
+def _ddl(engine: Any, statement: str) -> None:
+    with engine.connect() as connection:
+        try:
+            connection.execute(text(statement))
+            connection.commit()
+        except SQLAlchemyError as exc:  # another process ran it first
+            if not _exists_error(exc):
+                raise
+
+
+def _exists_error(exc: SQLAlchemyError) -> bool:
+    """MySQL's duplicate column (1060) or key name (1061), SQLite's 'duplicate column' or
+    'already exists'."""
+    args: tuple[Any, ...] = getattr(getattr(exc, "orig", None), "args", ())
+    if args and args[0] in (1060, 1061):
+        return True
+    message = str(getattr(exc, "orig", exc)).lower()
+    return "already exists" in message or "duplicate column" in message
+
+
 def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:
+    # node_key() in SQL, for filling in the rows of an older warehouse.
+    dbapi_connection.create_function("nightly_test_key", 1, node_key, deterministic=True)
     cursor = dbapi_connection.cursor()
     try:
         cursor.execute("PRAGMA journal_mode=WAL")  # readers do not block the writer

@@ -6,11 +6,17 @@ Portable across SQLite and MySQL/MariaDB:
   case- and space-sensitive as they are on SQLite.
 - Floats are DOUBLE (SQLAlchemy's ``Float`` is single precision on MySQL).
 - Long free text (node ids, failure messages) is MEDIUMTEXT on MySQL, whose TEXT stops at 64 KiB.
+- Test identity (suite + ``TestCase.node_id``) is indexed through ``test_cases.test_key``, a 60-bit
+  hash of the node id (``node_key()``): the node id itself is too long for a MySQL index.
+
+The store creates missing tables, columns and indexes at start (``store.ensure_schema``), so an
+existing warehouse gets what a newer version added.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 
 from sqlalchemy import BigInteger, Date, DateTime, Double, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.dialects import mysql
@@ -96,14 +102,28 @@ class SuiteTable(_Keyed, Base):
     collect_only: Mapped[bool]
 
 
+def node_key(node_id: str) -> int:
+    """The indexed stand-in of a test's node id: the first 60 bits of its UTF-8 MD5, as MySQL's
+    ``CONV(LEFT(MD5(node_id), 15), 16, 10)`` computes it (a positive BIGINT)."""
+    return int(hashlib.md5(node_id.encode("utf-8"), usedforsecurity=False).hexdigest()[:15], 16)
+
+
 class TestCaseTable(_Keyed, Base):
     """One row per test case. Not unique-indexed: node ids are too long for a MySQL index;
-    the store keeps them unique by replacing a suite's rows as a whole."""
+    the store keeps them unique by replacing a suite's rows as a whole.
+
+    A test is (pipeline, target, suite, node id); ``test_key`` hashes the node id so that
+    indexes can hold it: ``ix_test_cases_test`` finds one test's nights (its history) and covers
+    counting its outcomes, ``ix_test_cases_outcome`` finds a night's cases by outcome (newly
+    failing tests, the tests that failed in a window) and covers counting every test's outcomes.
+    Both stay under InnoDB's 3072-byte key limit with utf8mb4."""
 
     __test__ = False  # not a pytest test class
     __tablename__ = "test_cases"
     __table_args__ = (
         Index("ix_test_cases_key", "pipeline", "night", "target", "suite"),
+        Index("ix_test_cases_test", "pipeline", "suite", "test_key", "night", "target", "outcome"),
+        Index("ix_test_cases_outcome", "pipeline", "target", "night", "outcome", "suite", "test_key"),
         _MYSQL_OPTIONS,
     )
 
@@ -114,6 +134,8 @@ class TestCaseTable(_Keyed, Base):
     duration_s: Mapped[float] = mapped_column(Double)
     message: Mapped[str | None] = mapped_column(LongText)
     attempts: Mapped[int]
+    # NULL only while an older warehouse is being migrated (the store fills it in at start).
+    test_key: Mapped[int | None] = mapped_column(BigInteger)
 
 
 class BenchmarkTable(_Keyed, Base):
