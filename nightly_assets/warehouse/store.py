@@ -42,6 +42,8 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, DisconnectionError, Integr
 from sqlalchemy.orm import Session, sessionmaker
 
 from nightly_assets.results import BenchmarkResult, CheckOutcome, NightKey, Outcome, TestCase, TestReport
+from nightly_assets.warehouse import history
+from nightly_assets.warehouse.history import PassRate, TestRun, batches, is_key
 from nightly_assets.warehouse.tables import (
     ALL_TABLES,
     Base,
@@ -114,36 +116,6 @@ class NightRow:
 
 
 @dataclass(frozen=True)
-class TestRun:
-    """One test case of one night and target, as the warehouse holds it."""
-
-    __test__ = False  # not a pytest test class
-    night: dt.date
-    target: str
-    suite: str
-    case: TestCase
-
-    @property
-    def test_id(self) -> str:
-        return self.case.node_id
-
-
-@dataclass(frozen=True)
-class PassRate:
-    """How often one test passed over a window of nights: `passed` of `runs` (runs that passed,
-    failed or errored; skipped and collect-only ones do not count)."""
-
-    suite: str
-    test_id: str
-    runs: int
-    passed: int
-
-    @property
-    def rate(self) -> float:
-        return self.passed / self.runs
-
-
-@dataclass(frozen=True)
 class NightOverview:
     """A night with its stages, suite counts and checks, as `nightly status` shows it."""
 
@@ -208,7 +180,7 @@ class Warehouse:
             "pins": json.dumps(dict(pins), sort_keys=True),
             "updated_at": utc_now(),
         }
-        self._replace(NightTable, _is_key(NightTable, key), [row])
+        self._replace(NightTable, is_key(NightTable, key), [row])
 
     def record_stage(
         self,
@@ -232,7 +204,7 @@ class Warehouse:
             "artefact": artefact,
             "detail": detail,
         }
-        where = [*_is_key(StageTable, key), StageTable.stage == stage]
+        where = [*is_key(StageTable, key), StageTable.stage == stage]
         self._replace(StageTable, where, [row])
 
     def clear_stages(self, key: NightKey, *, keep: str | None = None) -> None:
@@ -240,7 +212,7 @@ class Warehouse:
 
         def write(session: Session) -> None:
             for table in (StageTable, CheckTable):
-                where = [*_is_key(table, key)]
+                where = [*is_key(table, key)]
                 if keep is not None:
                     where.append(table.stage != keep)
                 session.execute(delete(table).where(*where))
@@ -250,7 +222,7 @@ class Warehouse:
     def end_stages(self, key: NightKey, *, run_id: str, status: str) -> list[str]:
         """Stages of `run_id` still `running` after that run ended (a crash, a cancel) get `status`.
         Returns their names."""
-        running = [*_is_key(StageTable, key), StageTable.status == "running", StageTable.run_id == run_id]
+        running = [*is_key(StageTable, key), StageTable.status == "running", StageTable.run_id == run_id]
         stuck: list[str] = []
 
         def write(session: Session) -> None:
@@ -265,7 +237,7 @@ class Warehouse:
         """Set the night's status when it is `only_if`; whether it was."""
         statement = (
             update(NightTable)
-            .where(*_is_key(NightTable, key), NightTable.status == only_if)
+            .where(*is_key(NightTable, key), NightTable.status == only_if)
             .values(status=status, updated_at=utc_now())
         )
         return bool(self._changes(statement))
@@ -274,7 +246,7 @@ class Warehouse:
         """Take the night's lease for `run_id`. Returns None when this run holds it now, else the
         run that does. A holder for which `is_over(holder, seconds since it took or renewed the
         lease)` is true loses it (compare and swap)."""
-        where = _is_key(LeaseTable, key)
+        where = is_key(LeaseTable, key)
         query = select(LeaseTable.run_id, LeaseTable.taken_at).where(*where)
         for _ in range(3):  # another run may take or free it between our read and our write
             now = utc_now()
@@ -320,7 +292,7 @@ class Warehouse:
             }
             for c in checks
         ]
-        self._replace(CheckTable, [*_is_key(CheckTable, key), CheckTable.stage == stage], rows)
+        self._replace(CheckTable, [*is_key(CheckTable, key), CheckTable.stage == stage], rows)
 
     def record_test_report(self, key: NightKey, report: TestReport) -> None:
         """Replace the suite row and all test-case rows of (key, report.suite)."""
@@ -337,10 +309,10 @@ class Warehouse:
 
         def write(session: Session) -> None:
             for t in (SuiteTable, TestCaseTable):
-                session.execute(delete(t).where(*_is_key(t, key), t.suite == report.suite))
+                session.execute(delete(t).where(*is_key(t, key), t.suite == report.suite))
             session.execute(insert(SuiteTable), [suite])
             # Core, not ORM: one executemany per batch, however the rows' NULLs alternate.
-            for rows in _batches(_case_rows(key, report.suite, report.cases), WRITE_BATCH):
+            for rows in batches(_case_rows(key, report.suite, report.cases), WRITE_BATCH):
                 session.execute(insert(table), rows)
 
         self._write(write)
@@ -357,18 +329,18 @@ class Warehouse:
             }
             for r in results
         ]
-        self._replace(BenchmarkTable, _is_key(BenchmarkTable, key), rows)
+        self._replace(BenchmarkTable, is_key(BenchmarkTable, key), rows)
 
     def record_cost(self, key: NightKey, cost: MachineCost) -> None:
         """Replace the cost row of (key, cost.stage)."""
         row = {**_key(key), **{name: getattr(cost, name) for name in _COST_COLUMNS}}
-        self._replace(CostTable, [*_is_key(CostTable, key), CostTable.stage == cost.stage], [row])
+        self._replace(CostTable, [*is_key(CostTable, key), CostTable.stage == cost.stage], [row])
 
     # -- reads ----------------------------------------------------------------------------
 
     def stages(self, key: NightKey) -> list[StageRow]:
         """The stages of a night in the order they were (last) recorded."""
-        query = select(StageTable).where(*_is_key(StageTable, key)).order_by(StageTable.id)
+        query = select(StageTable).where(*is_key(StageTable, key)).order_by(StageTable.id)
         rows = self._read(lambda s: s.scalars(query).all())
         return [
             StageRow(
@@ -387,7 +359,7 @@ class Warehouse:
         ]
 
     def suite_counts(self, key: NightKey) -> dict[str, dict[str, int]]:
-        query = select(SuiteTable).where(*_is_key(SuiteTable, key)).order_by(SuiteTable.suite)
+        query = select(SuiteTable).where(*is_key(SuiteTable, key)).order_by(SuiteTable.suite)
         rows = self._read(lambda s: s.scalars(query).all())
         return {r.suite: {name: getattr(r, name) for name in _COUNT_COLUMNS} for r in rows}
 
@@ -396,7 +368,7 @@ class Warehouse:
         query = (
             select(TestCaseTable)
             .where(
-                *_is_key(TestCaseTable, key),
+                *is_key(TestCaseTable, key),
                 TestCaseTable.suite == suite,
                 TestCaseTable.outcome.in_(("failed", "error")),
             )
@@ -452,9 +424,7 @@ class Warehouse:
 
     def checks(self, key: NightKey) -> list[CheckOutcome]:
         """The night's check outcomes, by stage and check name."""
-        query = (
-            select(CheckTable).where(*_is_key(CheckTable, key)).order_by(CheckTable.stage, CheckTable.name)
-        )
+        query = select(CheckTable).where(*is_key(CheckTable, key)).order_by(CheckTable.stage, CheckTable.name)
         rows = self._read(lambda s: s.scalars(query).all())
         return [
             CheckOutcome(r.stage, r.name, cast(Any, r.severity), r.passed, r.description or "") for r in rows
@@ -462,7 +432,7 @@ class Warehouse:
 
     def costs(self, key: NightKey) -> list[MachineCost]:
         """The night's machine costs, by stage."""
-        query = select(CostTable).where(*_is_key(CostTable, key)).order_by(CostTable.stage)
+        query = select(CostTable).where(*is_key(CostTable, key)).order_by(CostTable.stage)
         rows = self._read(lambda s: s.scalars(query).all())
         return [MachineCost(**{name: getattr(r, name) for name in _COST_COLUMNS}) for r in rows]
 
@@ -479,7 +449,7 @@ class Warehouse:
 
     def night(self, key: NightKey) -> NightRow | None:
         """The key's night, or None if no run of it has recorded one."""
-        query = select(NightTable).where(*_is_key(NightTable, key))
+        query = select(NightTable).where(*is_key(NightTable, key))
         row = self._read(lambda s: s.scalars(query).one_or_none())
         return None if row is None else _night_row(row)
 
@@ -533,82 +503,17 @@ class Warehouse:
 
         return self._read(read)
 
-    # -- test history ---------------------------------------------------------------------
+    # -- test history (queries in history.py) ---------------------------------------------
 
     def test_history(self, pipeline: str, suite: str, test_id: str, limit: int = 30) -> list[TestRun]:
         """One test (`TestCase.node_id` in `suite`) on up to `limit` nights, newest first, on
         every target of the pipeline."""
-        t = TestCaseTable
-        query = (
-            select(t)
-            .where(t.pipeline == pipeline, t.suite == suite, t.test_key == node_key(test_id))
-            .order_by(t.night.desc(), t.target, t.id)
-        )
-
-        def read(session: Session) -> list[TestRun]:
-            runs: list[TestRun] = []
-            # Rows in pages: another node id of the same key (a hash collision) is skipped.
-            for row in session.scalars(query.execution_options(yield_per=limit + 1)):
-                run = _test_run(row)
-                if run.test_id == test_id:
-                    runs.append(run)
-                    if len(runs) >= limit:
-                        break
-            return runs
-
-        return self._read(read)
+        return self._read(lambda session: history.test_history(session, pipeline, suite, test_id, limit))
 
     def newly_failing(self, key: NightKey) -> list[TestRun]:
         """Cases that failed or errored on the key's night and passed on the previous night of
-        the same pipeline and target (the newest earlier night with test results), by suite and
-        report order. Empty when there is no earlier night."""
-        t = TestCaseTable
-        earlier = (
-            select(func.max(SuiteTable.night))
-            .where(
-                SuiteTable.pipeline == key.pipeline,
-                SuiteTable.target == key.target,
-                SuiteTable.night < key.night,
-                SuiteTable.collect_only.is_(False),
-            )
-            .scalar_subquery()
-        )
-
-        def read(session: Session) -> list[TestRun]:
-            previous = session.scalar(select(earlier))
-            if previous is None:
-                return []
-            before = TestCaseTable.__table__.alias("before")
-            passed_before = (
-                select(before.c.id)
-                .where(
-                    before.c.pipeline == key.pipeline,
-                    before.c.target == key.target,
-                    before.c.night == previous,
-                    before.c.outcome == "passed",
-                    before.c.suite == t.suite,
-                    before.c.test_key == t.test_key,
-                )
-                .exists()
-            )
-            query = (
-                select(t)
-                .where(*_is_key(t, key), t.outcome.in_(_FAILED), passed_before)
-                .order_by(t.suite, t.id)
-            )
-            # Same key on both nights; the node id itself decides (a hash collision is no match).
-            rows = session.scalars(query).all()
-            if not rows:
-                return []
-            ids = {(r.suite, r.test_key) for r in rows}
-            passed_ids = _node_ids(session, key, previous, ids, outcome="passed")
-            return [
-                run
-                for r in rows
-                if (run := _test_run(r)).test_id in passed_ids.get((r.suite, r.test_key), ())
-            ]
-
-        return self._read(read)
+        the same pipeline and target (the newest earlier night with test results)."""
+        return self._read(lambda session: history.newly_failing(session, key))
 
     def pass_rates(
         self,
@@ -619,81 +524,11 @@ class Warehouse:
         until: dt.date | None = None,
         below: float | None = 1.0,
     ) -> list[PassRate]:
-        """Per test, how often it passed over the last `nights` nights with test results of
-        the pipeline and target (up to and including `until`, default the newest), lowest rate
-        first. With `below` (default 1.0: every test that did not pass every run) only tests
-        whose rate is lower; `below=None` returns every test that ran. A test that passed every
-        run is not listed unless `below` is None or above 1."""
-        t = TestCaseTable
-        window = (
-            select(SuiteTable.night)
-            .where(SuiteTable.pipeline == pipeline, SuiteTable.target == target)
-            .group_by(SuiteTable.night)
-            .order_by(SuiteTable.night.desc())
-            .limit(nights)
+        """Per test, how often it passed over the last `nights` nights with test results (see
+        history.pass_rates), lowest rate first."""
+        return self._read(
+            lambda session: history.pass_rates(session, pipeline, target, nights, until=until, below=below)
         )
-        if until is not None:
-            window = window.where(SuiteTable.night <= until)
-        in_window = [t.pipeline == pipeline, t.target == target]
-
-        def read(session: Session) -> list[PassRate]:
-            days = list(session.scalars(window))
-            if not days:
-                return []
-            # Counting through the test index, the window is a range (with an IN list of test keys
-            # as well MariaDB gave up ranges on an IN x IN product): the same rows, as every night
-            # with results between its ends is in it. Finding failures through the outcome index,
-            # it is the IN list: each night's failures are then one range.
-            in_range = [*in_window, t.night.between(days[-1], days[0])]
-            where = [*in_range, t.outcome.in_(_RAN)]
-            count = select(
-                t.suite, t.test_key, func.count(), func.sum(case((t.outcome == "passed", 1), else_=0))
-            )
-            names: dict[_TestId, list[str]] = {}
-            if below is None or below > 1:
-                tallies = session.execute(count.where(*where).group_by(t.suite, t.test_key)).all()
-                newest = NightKey(pipeline, days[0], target)  # most tests' names in one query
-                for suite, key_, classname, name in session.execute(
-                    select(t.suite, t.test_key, t.classname, t.name).where(*_is_key(t, newest))
-                ):
-                    names.setdefault((suite, key_), [f"{classname}::{name}" if classname else name])
-            else:
-                # Only a test that failed can be below 1: those come through the outcome index
-                # (names included), then their runs are counted through the test index.
-                failing = session.execute(
-                    select(t.suite, t.test_key, t.classname, t.name).where(
-                        *in_window, t.night.in_(days), t.outcome.in_(_FAILED)
-                    )
-                )
-                for suite, key_, classname, name in failing:
-                    node_id = f"{classname}::{name}" if classname else name
-                    found = names.setdefault((suite, key_), [])
-                    if node_id not in found:
-                        found.append(node_id)
-                keys: dict[str, list[int | None]] = {}
-                for suite, key_ in names:
-                    keys.setdefault(suite, []).append(key_)
-                tallies = []
-                for suite, suite_keys in keys.items():
-                    for chunk in _batches(iter(suite_keys), 500):
-                        tallies += session.execute(
-                            count.where(*where, t.suite == suite, t.test_key.in_(chunk)).group_by(
-                                t.suite, t.test_key
-                            )
-                        ).all()
-            rates = {(s, k): (int(runs), int(passed or 0)) for s, k, runs, passed in tallies}
-            if below is not None:
-                rates = {sk: rp for sk, rp in rates.items() if rp[1] / rp[0] < below}
-            missing = {sk for sk in rates if sk not in names}  # tests the newest night did not run
-            names.update(_node_ids(session, NightKey(pipeline, days[0], target), days, missing, outcome=None))
-            result = [
-                PassRate(suite, node_id, runs, passed)
-                for (suite, key_), (runs, passed) in rates.items()
-                for node_id in names.get((suite, key_), ())[:1]
-            ]
-            return sorted(result, key=lambda r: (r.rate, r.suite, r.test_id))
-
-        return self._read(read)
 
     def row_counts(self, key: NightKey) -> dict[str, int]:
         """Rows per table for the key."""
@@ -701,7 +536,7 @@ class Warehouse:
         def count(session: Session) -> dict[str, int]:
             return {
                 table.__tablename__: session.scalar(
-                    select(func.count()).select_from(table).where(*_is_key(table, key))
+                    select(func.count()).select_from(table).where(*is_key(table, key))
                 )
                 or 0
                 for table in ALL_TABLES
@@ -822,18 +657,11 @@ class Warehouse:
 
 
 _COUNT_COLUMNS = ("total", "passed", "failed", "error", "skipped", "collected")
-_FAILED = ("failed", "error")
-_TestId = tuple[str, int | None]  # (suite, test_key)
-_RAN = ("passed", "failed", "error")
 _COST_COLUMNS = tuple(MachineCost.__dataclass_fields__)
 
 
 def _key(key: NightKey) -> dict[str, Any]:
     return {"pipeline": key.pipeline, "night": key.night, "target": key.target}
-
-
-def _is_key(table: type[Any], key: NightKey) -> list[ColumnElement[bool]]:
-    return [table.pipeline == key.pipeline, table.night == key.night, table.target == key.target]
 
 
 def _is_transient(exc: SQLAlchemyError) -> bool:
@@ -878,61 +706,6 @@ def _case_rows(key: NightKey, suite: str, cases: Iterable[TestCase]) -> Iterator
             "attempts": c.attempts,
             "test_key": node_key(c.node_id),
         }
-
-
-def _batches(items: Iterator[T], size: int) -> Iterator[list[T]]:
-    while batch := list(itertools.islice(items, size)):
-        yield batch
-
-
-def _test_run(row: TestCaseTable) -> TestRun:
-    case_ = TestCase(
-        classname=row.classname,
-        name=row.name,
-        outcome=cast(Outcome, row.outcome),
-        duration_s=row.duration_s,
-        message=row.message,
-        attempts=row.attempts,
-    )
-    return TestRun(row.night, row.target, row.suite, case_)
-
-
-def _node_ids(
-    session: Session,
-    key: NightKey,
-    nights: dt.date | Sequence[dt.date],
-    ids: set[_TestId],
-    *,
-    outcome: str | None,
-) -> dict[_TestId, list[str]]:
-    """The node ids of (suite, test_key) pairs on the key's pipeline and target, looked up
-    through the test index (500 keys a query)."""
-    t = TestCaseTable
-    days = [nights] if isinstance(nights, dt.date) else list(nights)
-    by_suite: dict[str, list[int | None]] = {}
-    for suite, key_ in ids:
-        by_suite.setdefault(suite, []).append(key_)
-    found: dict[_TestId, list[str]] = {}
-    for suite, keys in by_suite.items():
-        for chunk in _batches(iter(keys), 500):
-            where = [
-                t.pipeline == key.pipeline,
-                t.suite == suite,
-                t.test_key.in_(chunk),
-                t.night.between(min(days), max(days)),
-                t.target == key.target,
-            ]
-            if outcome is not None:
-                where.append(t.outcome == outcome)
-            rows = session.execute(
-                select(t.test_key, t.classname, t.name).where(*where).order_by(t.night.desc())
-            )
-            for key_, classname, name in rows:
-                node_id = f"{classname}::{name}" if classname else name
-                names = found.setdefault((suite, key_), [])
-                if node_id not in names:
-                    names.append(node_id)
-    return found
 
 
 def _ddl(engine: Any, statement: str) -> None:

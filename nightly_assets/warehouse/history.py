@@ -1,0 +1,253 @@
+"""Test history queries of the warehouse, through the test identity indexes of tables.py: one
+test across nights, tests newly failing tonight, pass rates over a window (the store's
+`test_history`, `newly_failing` and `pass_rates` run these in its retrying session)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar, cast
+
+from sqlalchemy import ColumnElement, case, func, select
+from sqlalchemy.orm import Session
+
+from nightly_assets.results import NightKey, Outcome, TestCase
+from nightly_assets.warehouse.tables import SuiteTable, TestCaseTable, node_key
+
+T = TypeVar("T")
+FAILED = ("failed", "error")
+RAN = ("passed", "failed", "error")
+TestId = tuple[str, int | None]  # (suite, test_key)
+
+
+@dataclass(frozen=True)
+class TestRun:
+    """One test case of one night and target, as the warehouse holds it."""
+
+    __test__ = False  # not a pytest test class
+    night: dt.date
+    target: str
+    suite: str
+    case: TestCase
+
+    @property
+    def test_id(self) -> str:
+        return self.case.node_id
+
+
+@dataclass(frozen=True)
+class PassRate:
+    """How often one test passed over a window of nights: `passed` of `runs` (runs that passed,
+    failed or errored; skipped and collect-only ones do not count)."""
+
+    suite: str
+    test_id: str
+    runs: int
+    passed: int
+
+    @property
+    def rate(self) -> float:
+        return self.passed / self.runs
+
+
+def test_history(session: Session, pipeline: str, suite: str, test_id: str, limit: int = 30) -> list[TestRun]:
+    """One test (`TestCase.node_id` in `suite`) on up to `limit` nights, newest first, on
+    every target of the pipeline."""
+    t = TestCaseTable
+    query = (
+        select(t)
+        .where(t.pipeline == pipeline, t.suite == suite, t.test_key == node_key(test_id))
+        .order_by(t.night.desc(), t.target, t.id)
+    )
+
+    runs: list[TestRun] = []
+    # Rows in pages: another node id of the same key (a hash collision) is skipped.
+    for row in session.scalars(query.execution_options(yield_per=limit + 1)):
+        run = test_run(row)
+        if run.test_id == test_id:
+            runs.append(run)
+            if len(runs) >= limit:
+                break
+    return runs
+
+
+def newly_failing(session: Session, key: NightKey) -> list[TestRun]:
+    """Cases that failed or errored on the key's night and passed on the previous night of
+    the same pipeline and target (the newest earlier night with test results), by suite and
+    report order. Empty when there is no earlier night."""
+    t = TestCaseTable
+    earlier = (
+        select(func.max(SuiteTable.night))
+        .where(
+            SuiteTable.pipeline == key.pipeline,
+            SuiteTable.target == key.target,
+            SuiteTable.night < key.night,
+            SuiteTable.collect_only.is_(False),
+        )
+        .scalar_subquery()
+    )
+
+    previous = session.scalar(select(earlier))
+    if previous is None:
+        return []
+    before = TestCaseTable.__table__.alias("before")
+    passed_before = (
+        select(before.c.id)
+        .where(
+            before.c.pipeline == key.pipeline,
+            before.c.target == key.target,
+            before.c.night == previous,
+            before.c.outcome == "passed",
+            before.c.suite == t.suite,
+            before.c.test_key == t.test_key,
+        )
+        .exists()
+    )
+    query = select(t).where(*is_key(t, key), t.outcome.in_(FAILED), passed_before).order_by(t.suite, t.id)
+    # Same key on both nights; the node id itself decides (a hash collision is no match).
+    rows = session.scalars(query).all()
+    if not rows:
+        return []
+    ids = {(r.suite, r.test_key) for r in rows}
+    passed_ids = node_ids(session, key, previous, ids, outcome="passed")
+    return [run for r in rows if (run := test_run(r)).test_id in passed_ids.get((r.suite, r.test_key), ())]
+
+
+def pass_rates(
+    session: Session,
+    pipeline: str,
+    target: str,
+    nights: int,
+    *,
+    until: dt.date | None = None,
+    below: float | None = 1.0,
+) -> list[PassRate]:
+    """Per test, how often it passed over the last `nights` nights with test results of
+    the pipeline and target (up to and including `until`, default the newest), lowest rate
+    first. With `below` (default 1.0: every test that did not pass every run) only tests
+    whose rate is lower; `below=None` returns every test that ran. A test that passed every
+    run is not listed unless `below` is None or above 1."""
+    t = TestCaseTable
+    window = (
+        select(SuiteTable.night)
+        .where(SuiteTable.pipeline == pipeline, SuiteTable.target == target)
+        .group_by(SuiteTable.night)
+        .order_by(SuiteTable.night.desc())
+        .limit(nights)
+    )
+    if until is not None:
+        window = window.where(SuiteTable.night <= until)
+    in_window = [t.pipeline == pipeline, t.target == target]
+
+    days = list(session.scalars(window))
+    if not days:
+        return []
+    # Counting through the test index, the window is a range (with an IN list of test keys
+    # as well MariaDB gave up ranges on an IN x IN product): the same rows, as every night
+    # with results between its ends is in it. Finding failures through the outcome index,
+    # it is the IN list: each night's failures are then one range.
+    in_range = [*in_window, t.night.between(days[-1], days[0])]
+    where = [*in_range, t.outcome.in_(RAN)]
+    count = select(t.suite, t.test_key, func.count(), func.sum(case((t.outcome == "passed", 1), else_=0)))
+    names: dict[TestId, list[str]] = {}
+    if below is None or below > 1:
+        tallies = session.execute(count.where(*where).group_by(t.suite, t.test_key)).all()
+        newest = NightKey(pipeline, days[0], target)  # most tests' names in one query
+        for suite, key_, classname, name in session.execute(
+            select(t.suite, t.test_key, t.classname, t.name).where(*is_key(t, newest))
+        ):
+            names.setdefault((suite, key_), [f"{classname}::{name}" if classname else name])
+    else:
+        # Only a test that failed can be below 1: those come through the outcome index
+        # (names included), then their runs are counted through the test index.
+        failing = session.execute(
+            select(t.suite, t.test_key, t.classname, t.name).where(
+                *in_window, t.night.in_(days), t.outcome.in_(FAILED)
+            )
+        )
+        for suite, key_, classname, name in failing:
+            node_id = f"{classname}::{name}" if classname else name
+            found = names.setdefault((suite, key_), [])
+            if node_id not in found:
+                found.append(node_id)
+        keys: dict[str, list[int | None]] = {}
+        for suite, key_ in names:
+            keys.setdefault(suite, []).append(key_)
+        tallies = []
+        for suite, suite_keys in keys.items():
+            for chunk in batches(iter(suite_keys), 500):
+                tallies += session.execute(
+                    count.where(*where, t.suite == suite, t.test_key.in_(chunk)).group_by(t.suite, t.test_key)
+                ).all()
+    rates = {(s, k): (int(runs), int(passed or 0)) for s, k, runs, passed in tallies}
+    if below is not None:
+        rates = {sk: rp for sk, rp in rates.items() if rp[1] / rp[0] < below}
+    missing = {sk for sk in rates if sk not in names}  # tests the newest night did not run
+    names.update(node_ids(session, NightKey(pipeline, days[0], target), days, missing, outcome=None))
+    result = [
+        PassRate(suite, node_id, runs, passed)
+        for (suite, key_), (runs, passed) in rates.items()
+        for node_id in names.get((suite, key_), ())[:1]
+    ]
+    return sorted(result, key=lambda r: (r.rate, r.suite, r.test_id))
+
+
+def test_run(row: TestCaseTable) -> TestRun:
+    case_ = TestCase(
+        classname=row.classname,
+        name=row.name,
+        outcome=cast(Outcome, row.outcome),
+        duration_s=row.duration_s,
+        message=row.message,
+        attempts=row.attempts,
+    )
+    return TestRun(row.night, row.target, row.suite, case_)
+
+
+def node_ids(
+    session: Session,
+    key: NightKey,
+    nights: dt.date | Sequence[dt.date],
+    ids: set[TestId],
+    *,
+    outcome: str | None,
+) -> dict[TestId, list[str]]:
+    """The node ids of (suite, test_key) pairs on the key's pipeline and target, looked up
+    through the test index (500 keys a query)."""
+    t = TestCaseTable
+    days = [nights] if isinstance(nights, dt.date) else list(nights)
+    by_suite: dict[str, list[int | None]] = {}
+    for suite, key_ in ids:
+        by_suite.setdefault(suite, []).append(key_)
+    found: dict[TestId, list[str]] = {}
+    for suite, keys in by_suite.items():
+        for chunk in batches(iter(keys), 500):
+            where = [
+                t.pipeline == key.pipeline,
+                t.suite == suite,
+                t.test_key.in_(chunk),
+                t.night.between(min(days), max(days)),
+                t.target == key.target,
+            ]
+            if outcome is not None:
+                where.append(t.outcome == outcome)
+            rows = session.execute(
+                select(t.test_key, t.classname, t.name).where(*where).order_by(t.night.desc())
+            )
+            for key_, classname, name in rows:
+                node_id = f"{classname}::{name}" if classname else name
+                names = found.setdefault((suite, key_), [])
+                if node_id not in names:
+                    names.append(node_id)
+    return found
+
+
+def is_key(table: type[Any], key: NightKey) -> list[ColumnElement[bool]]:
+    return [table.pipeline == key.pipeline, table.night == key.night, table.target == key.target]
+
+
+def batches(items: Iterator[T], size: int) -> Iterator[list[T]]:
+    while batch := list(itertools.islice(items, size)):
+        yield batch
