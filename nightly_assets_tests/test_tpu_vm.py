@@ -24,7 +24,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from nightly_assets.testing.junit import parse_junit
-from nightly_assets.tpu import TpuQuotaError, TpuRunOutcome, TpuSuite, TpuTarget, TpuVmResource
+from nightly_assets.tpu import TpuQuotaError, TpuRunOutcome, TpuSuite, TpuTarget, TpuVmResource, ssh
 from nightly_assets.tpu.nodes import label_value, node_id_for
 from nightly_assets.tpu.ssh import PID_FILE, remote_command
 from nightly_assets_tests.peers.sshd import Sshd
@@ -284,6 +284,34 @@ def test_a_dropped_ssh_connection_is_reported_and_the_vm_deleted(
         night=NIGHT,
         out_dir=tmp_path / "out",
         on_output=when_started(sshd.drop_sessions),
+    )
+    assert outcome.reason == "ssh_dropped", outcome.detail
+    assert outcome.exit_code is None
+    assert_no_vm_left(tpu_api)
+
+
+@pytest.mark.tpu
+@pytest.mark.ssh
+def test_an_eof_from_paramiko_is_reported_as_a_dropped_connection(
+    make_vms,
+    tpu_api: FakeTpuApi,
+    sshd: Sshd,
+    target,
+    suite_file,
+    tmp_path,
+    monkeypatch,
+) -> None:
+    """paramiko raises a bare EOFError when the peer hangs up mid-message (a transport's saved
+    exception, an SFTP read): it is a dropped connection like any other, not an unexplained
+    `EOFError:` on the night. The session is really cut; the error is the one paramiko gives."""
+
+    def upload_after_a_drop(sftp, uploads, workdir):
+        sshd.drop_sessions()
+        raise EOFError()
+
+    monkeypatch.setattr(ssh, "upload", upload_after_a_drop)
+    outcome = make_vms().run_suite(
+        target, pytest_suite(suite_file), run_id=RUN_ID, night=NIGHT, out_dir=tmp_path / "out"
     )
     assert outcome.reason == "ssh_dropped", outcome.detail
     assert outcome.exit_code is None

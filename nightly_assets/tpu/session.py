@@ -241,7 +241,7 @@ class TpuVm:
                 self._node_trouble,
                 self.settings.poll_interval_s,
             )
-        except (OSError, paramiko.SSHException) as exc:
+        except ssh.CONNECTION_ERRORS as exc:
             remote = ssh.RemoteExit("connection_lost", None, f"{type(exc).__name__}: {exc}")
         except BaseException:
             ssh.kill_remote(client, self.workdir, self.log)  # stop the suite before the VM goes
@@ -264,7 +264,7 @@ class TpuVm:
         try:
             with client.open_sftp() as sftp:
                 self._fetched = ssh.fetch(sftp, wanted, self.workdir, out_dir)
-        except (OSError, paramiko.SSHException) as exc:
+        except ssh.CONNECTION_ERRORS as exc:
             self.log.warning("TPU node %s: fetching %s failed: %s", self.node_name, wanted, exc)
         missing = [name for name in wanted if name not in self._fetched]
         if missing:

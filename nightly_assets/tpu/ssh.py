@@ -26,6 +26,10 @@ _RECV_WAIT_S = 0.25
 _EXIT_STATUS_WAIT_S = 5.0
 Ended = Literal["exited", "timeout", "connection_lost", "stopped"]
 
+# What a dropped or refused connection raises: paramiko's SFTP and transport raise a bare
+# EOFError when the peer hangs up mid-message.
+CONNECTION_ERRORS = (OSError, EOFError, paramiko.SSHException)
+
 
 class SshError(RuntimeError):
     """The VM could not be reached or used over SSH; the message names user, host and port."""
@@ -108,7 +112,7 @@ def connect(
             raise SshHostKeyMismatch(
                 f"{where} answered with a host key other than the one its node published: refusing to connect"
             ) from None
-        except (OSError, paramiko.SSHException) as exc:
+        except CONNECTION_ERRORS as exc:
             client.close()
             last_error = f"{type(exc).__name__}: {exc}"
             if time.monotonic() >= deadline:
@@ -212,7 +216,7 @@ def kill_remote(client: paramiko.SSHClient, workdir: str, log: logging.Logger) -
             return
         _, stdout, _ = client.exec_command(shlex.join(["kill", "-TERM", "--", f"-{pid}"]), timeout=10)
         stdout.channel.recv_exit_status()
-    except (OSError, paramiko.SSHException) as exc:
+    except CONNECTION_ERRORS as exc:
         log.info("could not stop the remote suite (the VM is deleted next anyway): %s", type(exc).__name__)
 
 
