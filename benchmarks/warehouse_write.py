@@ -12,13 +12,13 @@ import os
 import resource
 import tempfile
 import time
-from typing import Any, cast
+from typing import cast
 
 from sqlalchemy import Table, create_engine, insert
 
 from nightly_assets.results import NightKey, Outcome, TestCase, TestReport
-from nightly_assets.warehouse.store import Warehouse
-from nightly_assets.warehouse.tables import TestCaseTable, node_key
+from nightly_assets.warehouse.store import Warehouse, case_rows
+from nightly_assets.warehouse.tables import TestCaseTable
 
 DATABASE = "nightly_wh_bench"
 ROUNDS = 2  # each side twice, alternating; the faster of each side's rounds counts
@@ -51,25 +51,6 @@ def night_reports(suites: int, cases: int) -> list[TestReport]:
     return reports
 
 
-def _raw_rows(key: NightKey, report: TestReport) -> list[dict[str, Any]]:
-    return [
-        {
-            "pipeline": key.pipeline,
-            "night": key.night,
-            "target": key.target,
-            "suite": report.suite,
-            "classname": c.classname,
-            "name": c.name,
-            "outcome": c.outcome,
-            "duration_s": c.duration_s,
-            "message": c.message,
-            "attempts": c.attempts,
-            "test_key": node_key(c.node_id),
-        }
-        for c in report.cases
-    ]
-
-
 def _compare(label: str, url: str, reports: list[TestReport]) -> float:
     store = Warehouse(url)  # creates the schema, indexes included: both sides write the same table
     engine = create_engine(url)
@@ -84,7 +65,7 @@ def _compare(label: str, url: str, reports: list[TestReport]) -> float:
 
     def raw_core() -> None:
         key = NightKey("bench", dt.date(2026, 1, next(day)), "cpu")
-        prepared = [_raw_rows(key, report) for report in reports]  # built before the clock starts
+        prepared = [list(case_rows(key, r.suite, r.cases)) for r in reports]  # built before the clock starts
         start = time.perf_counter()
         for batch in prepared:
             with engine.begin() as connection:

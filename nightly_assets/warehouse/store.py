@@ -312,7 +312,7 @@ class Warehouse:
                 session.execute(delete(t).where(*is_key(t, key), t.suite == report.suite))
             session.execute(insert(SuiteTable), [suite])
             # Core, not ORM: one executemany per batch, however the rows' NULLs alternate.
-            for rows in batches(_case_rows(key, report.suite, report.cases), WRITE_BATCH):
+            for rows in batches(case_rows(key, report.suite, report.cases), WRITE_BATCH):
                 session.execute(insert(table), rows)
 
         self._write(write)
@@ -692,7 +692,8 @@ def _engine_options(url: str) -> dict[str, Any]:
     return {}
 
 
-def _case_rows(key: NightKey, suite: str, cases: Iterable[TestCase]) -> Iterator[dict[str, Any]]:
+def case_rows(key: NightKey, suite: str, cases: Iterable[TestCase]) -> Iterator[dict[str, Any]]:
+    """The test_cases rows of a suite's cases (what record_test_report writes)."""
     night = _key(key)
     for c in cases:
         yield {
