@@ -11,6 +11,7 @@ setup: ## create the virtualenv and install the project with its dev tools
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e ".[dev,deploy]"
+	$(BIN)/python -m pip download -q -d .wheelhouse -r requirements/wheelhouse.txt
 	$(BIN)/nightly init
 
 check: ## lint, format, types, and the definitions as dg sees them

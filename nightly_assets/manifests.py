@@ -46,6 +46,7 @@ class EnvironmentManifest(Manifest):
     local_tag: str | None = None  # the image as the engine that built it names it
     reference: str | None = None  # the image in its primary registry
     primary_registry: str | None = None
+    packages: list[str] = Field(default_factory=list)  # import names the night's wheels install
 
     @model_validator(mode="after")
     def _an_image_is_named(self) -> Self:

@@ -99,7 +99,7 @@ def run_command(
         partial = _end_group(proc)
         _write_log(log_path, partial)
         raise CommandError(
-            f"{' '.join(argv[:4])} ... timed out after {timeout_s:.0f} s; last output:\n"
+            f"{program_name(argv)} timed out after {timeout_s:.0f} s; last output:\n"
             + "\n".join(partial.splitlines()[-20:])
         ) from None
     except BaseException:  # interrupted (Ctrl-C, SIGTERM, a cancelled run): leave nothing running
@@ -109,9 +109,33 @@ def run_command(
     result = CommandResult(argv, proc.returncode, stdout, log_path)
     if check and proc.returncode != 0:
         raise CommandError(
-            f"{' '.join(argv[:6])} exited with {proc.returncode}; last output:\n{result.tail()}"
+            f"{program_name(argv)} exited with {proc.returncode}: {cause(stdout)}\n"
+            f"last output:\n{result.tail()}"
         )
     return result
+
+
+def program_name(argv: Sequence[str]) -> str:
+    """What ran, briefly: `pip` for `.../python -m pip install ...`, else the program's file name."""
+    if len(argv) > 2 and argv[1] == "-m":
+        return argv[2]
+    return Path(argv[0]).name
+
+
+# Lines that state why a command failed, in the tools the nights run (pip, build backends, pytest).
+_CAUSE_PREFIXES = ("ERROR", "error:", "Error:", "E ", "FAILED", "fatal:")
+# A tool reporting that the tool it ran failed (build running pip): the cause is further up.
+_WRAPPER_MARKS = ("returned non-zero exit status", "exited with")
+
+
+def cause(output: str) -> str:
+    """The line of `output` that says why the command failed: the last error line that is not a
+    wrapper's "the command I ran failed", else the last error line, else the last line."""
+    lines = [line.strip().removeprefix("< ").strip() for line in output.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith(_CAUSE_PREFIXES)]
+    direct = [line for line in errors if not any(mark in line for mark in _WRAPPER_MARKS)]
+    found = (direct or errors or lines or ["no output"])[-1]
+    return found[:500]
 
 
 def _write_log(log_path: Path | None, text: str) -> None:

@@ -15,7 +15,7 @@ from dagster_slack import SlackResource
 
 from nightly_assets.artefacts.resources import ArtefactStoreResource, GcsArtefactStoreResource
 from nightly_assets.batch.resources import BatchSchedulerResource
-from nightly_assets.builds.resources import PythonBuildResource
+from nightly_assets.builds.resources import INDEX_URL_VAR, WHEELHOUSE_VAR, PythonBuildResource
 from nightly_assets.containers.resources import (
     ContainerRegistriesResource,
     DockerRunnerPoolResource,
@@ -32,6 +32,8 @@ from nightly_assets.tpu.resources import TpuVmResource
 from nightly_assets.warehouse.resources import WarehouseResource
 
 WAREHOUSE_URL_VAR = "NIGHTLY_WAREHOUSE_URL"
+# `make setup` fills it with the build backends and test tools the sample and fixture nights use.
+REPO_WHEELHOUSE = Path(__file__).resolve().parents[1] / ".wheelhouse"
 ARTEFACTS_BUCKET_VAR = "NIGHTLY_ARTEFACTS_BUCKET"
 REGISTRY_ROLES = ("ecr", "acr")
 
@@ -50,7 +52,13 @@ def resources_for(env: Env, home: Path) -> dict[str, Any]:
         "warehouse": WarehouseResource(
             url=warehouse_url, **env_settings(retry_s="NIGHTLY_WAREHOUSE_RETRY_S")
         ),
-        "builder": PythonBuildResource(toolchain_dir=str(home / "toolchain")),
+        "builder": PythonBuildResource(
+            **env_settings(
+                {"toolchain_dir": str(home / "toolchain"), **local_wheelhouse(env)},
+                index_url=INDEX_URL_VAR,
+                wheelhouse=WHEELHOUSE_VAR,
+            )
+        ),
         "test_runner": LocalTestRunnerResource(),
         "package_index": LocalPackageIndexResource(root=str(home / "index")),
         "notifier": FileNotifierResource(path=str(home / "alerts.jsonl")),
@@ -117,6 +125,14 @@ def resources_for(env: Env, home: Path) -> dict[str, Any]:
             **env_settings(api_url="NIGHTLY_SLACK_API_URL"),
         )
     return resources
+
+
+def local_wheelhouse(env: Env) -> dict[str, str]:
+    """Local mode builds offline from the repository's wheelhouse where there is one (and no index
+    or wheelhouse is set); prod takes its package sources from the variables only."""
+    if env == "local" and REPO_WHEELHOUSE.is_dir() and not os.environ.get(INDEX_URL_VAR):
+        return {"wheelhouse": str(REPO_WHEELHOUSE)}
+    return {}
 
 
 def registry_endpoints() -> dict[str, RegistryEndpoint]:

@@ -83,7 +83,17 @@ def test_builtin_catalog_has_the_seed_values():
         (
             "demo",
             lambda d: d["stages"][3]["suite"].update(bazel={"targets": ["//..."]}),
-            "exactly one of 'markers' or 'bazel'",
+            "a Bazel suite selects its tests by targets: no 'markers' or 'pytest_args'",
+        ),
+        (
+            "demo",
+            lambda d: d["stages"][2]["params"].update(packages=["freezegun>>1"]),
+            "stages[2:image]: params.packages: 'freezegun>>1': expected a requirement like 'name>=1.0'",
+        ),
+        (
+            "demo",
+            lambda d: d["stages"][2]["params"].update(requirements=["../secrets.txt"]),
+            "params.requirements: '../secrets.txt': expected a path relative to the checkout",
         ),
         ("demo", lambda d: d.update(start_date="yesterday"), "start_date: Input should be a valid date"),
         ("demo", lambda d: d.pop("repositories"), "repositories: Field required"),

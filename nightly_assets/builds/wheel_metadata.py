@@ -40,3 +40,16 @@ def wheel_problems(path: Path) -> list[str]:
             f"{path.name}: METADATA Version {metadata['Version']!r} differs from the file name's {version}"
         )
     return problems
+
+
+def top_level_names(wheels: list[Path]) -> list[str]:
+    """The import names `wheels` install at the top of site-packages (packages and modules)."""
+    names: set[str] = set()
+    for wheel in wheels:
+        with zipfile.ZipFile(wheel) as archive:
+            for entry in archive.namelist():
+                first = entry.split("/")[0]
+                if first.endswith((".dist-info", ".data")) or first.endswith(".pth"):
+                    continue
+                names.add(first.removesuffix(".py") if "/" not in entry else first)
+    return sorted(n for n in names if n.isidentifier())

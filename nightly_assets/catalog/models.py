@@ -115,7 +115,8 @@ class BazelBuild(StrictModel):
 class Suite(StrictModel):
     """A test suite: pytest markers (or Bazel targets), a timeout and the runner it needs."""
 
-    markers: str | None = None
+    markers: str | None = None  # a pytest -m expression; unset: the project's own selection
+    pytest_args: list[str] = Field(default_factory=list)  # more pytest arguments, one per item
     paths: list[str] = Field(default_factory=lambda: ["tests"])
     bazel: BazelTests | None = None
     timeout_minutes: int = Field(gt=0)
@@ -125,8 +126,8 @@ class Suite(StrictModel):
 
     @model_validator(mode="after")
     def _one_selector(self) -> Suite:
-        if (self.markers is None) == (self.bazel is None):
-            raise ValueError("a suite selects its tests with exactly one of 'markers' or 'bazel'")
+        if self.bazel is not None and (self.markers is not None or self.pytest_args):
+            raise ValueError("a Bazel suite selects its tests by targets: no 'markers' or 'pytest_args'")
         return self
 
 

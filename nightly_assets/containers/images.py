@@ -15,6 +15,8 @@ import dagster as dg
 import docker  # type: ignore[import-untyped]
 import docker.errors  # type: ignore[import-untyped]
 
+from nightly_assets.builds.resources import PythonBuildResource
+from nightly_assets.builds.test_dependencies import TestDependencies
 from nightly_assets.containers import recipes
 from nightly_assets.containers.engine import BuildResult, build_image, pull_image, push_image
 from nightly_assets.containers.registry import RetentionResult, copy_image, expire_run_tags
@@ -48,6 +50,12 @@ class ImageStage:
     registries: ContainerRegistriesResource
     log: Any
     run_id: str
+    builder: PythonBuildResource
+    tests: TestDependencies = field(default_factory=TestDependencies)
+
+    def _fetch(self, requirements: list[str], dest: Path) -> None:
+        self.log.info(f"fetching test dependencies from {self.builder.package_sources()}")
+        self.builder.download(requirements, dest, self.run.workdir / "testdeps.log")
 
     def template_vars(self) -> dict[str, str]:
         target = self.run.target
@@ -177,6 +185,8 @@ class ImageStage:
             test_paths=list(self.params.tests),
             suites=list(self.params.suites),
             labels=labels,
+            tests=self.tests,
+            fetch=self._fetch,
         )
         return context, cache_from
 

@@ -6,9 +6,13 @@ Layer order matters for the cache: what changes every night (wheels, tests, labe
 
 from __future__ import annotations
 
+import json
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from nightly_assets.builds.test_dependencies import TestDependencies
 
 # Files at a repository's root that configure pytest (markers, rootdir, plugins).
 PYTEST_CONFIG_FILES = ("pyproject.toml", "setup.cfg", "pytest.ini", "tox.ini", "conftest.py")
@@ -46,8 +50,12 @@ def runtime_context(
     test_paths: list[str],
     suites: list[str],
     labels: dict[str, str],
+    tests: TestDependencies | None = None,
+    fetch: Callable[[list[str], Path], None] | None = None,
 ) -> BuildContext:
-    """`from_image` plus the night's wheels installed from files and the test tree under WORKDIR."""
+    """`from_image` plus the night's wheels installed from files and the test tree under WORKDIR.
+    Test dependencies are fetched on this host (`fetch`: pip download from the package sources)
+    into the context, so the image installs them without reaching any index."""
     dest.mkdir(parents=True, exist_ok=True)
     lines = ["ARG FROM_IMAGE", "FROM ${FROM_IMAGE}"]
     if needs_venv:
@@ -56,11 +64,22 @@ def runtime_context(
         (dest / "wheels").mkdir()
         for wheel in wheels:
             shutil.copy2(wheel, dest / "wheels" / wheel.name)
-        lines += [
-            "COPY wheels/ /opt/nightly/wheels/",
-            "RUN python3 -m pip install --no-index --no-cache-dir --find-links /opt/nightly/wheels "
-            "/opt/nightly/wheels/*.whl",
-        ]
+        lines.append("COPY wheels/ /opt/nightly/wheels/")
+        install = ["python3", "-m", "pip", "install", "--no-index", "--no-cache-dir"]
+        install += ["--find-links", "/opt/nightly/wheels"]
+        inside = [f"/opt/nightly/wheels/{w.name}" for w in wheels]
+        if tests and repo_root is not None and fetch is not None:
+            fetch(tests.pip_arguments([str(w) for w in wheels]), dest / "testdeps")
+            for file in tests.requirements:  # with their folder: a file may include its neighbours
+                folder = file.parent.relative_to(repo_root)
+                shutil.copytree(file.parent, dest / "testdeps" / "checkout" / folder, dirs_exist_ok=True)
+            lines.append("COPY testdeps/ /opt/nightly/testdeps/")
+            install += ["--find-links", "/opt/nightly/testdeps"]
+            in_image = [
+                Path("/opt/nightly/testdeps/checkout") / f.relative_to(repo_root) for f in tests.requirements
+            ]
+            inside = TestDependencies(in_image, tests.extras, tests.packages).pip_arguments(inside)
+        lines.append(f"RUN {json.dumps([*install, *inside])}")  # exec form: no shell parses the names
     work = dest / "work"
     work.mkdir()
     if repo_root is not None:

@@ -126,16 +126,17 @@ class RunnerPipesClient(PipesDockerClient):
 
 
 def suite_command(
-    python: str, rootdir: str, paths: list[str], markers: str, timeout_s: float, collect_only: bool
+    python: str, rootdir: str, pytest_args: list[str], timeout_s: float, collect_only: bool
 ) -> list[str]:
-    command = [python, f"{TOOLS_DIR}/suite_entry.py", "--rootdir", rootdir, "--markers", markers]
+    """pytest with `pytest_args` (paths, markers, the suite's own) in the image's rootdir."""
+    command = [python, f"{TOOLS_DIR}/suite_entry.py", "--rootdir", rootdir]
     command += ["--out", OUT_DIR, "--timeout", str(timeout_s), *(["--collect-only"] if collect_only else [])]
-    return [*command, "--", *paths]
+    return [*command, "--", *pytest_args]
 
 
 def program_command(python: str, rootdir: str, argv: list[str], timeout_s: float) -> list[str]:
     """Run any program (a benchmark) the same way; it writes its results under OUT_DIR."""
-    command = [python, f"{TOOLS_DIR}/suite_entry.py", "--rootdir", rootdir, "--markers", "-"]
+    command = [python, f"{TOOLS_DIR}/suite_entry.py", "--rootdir", rootdir]
     return [*command, "--out", OUT_DIR, "--timeout", str(timeout_s), "--command", json.dumps(argv)]
 
 

@@ -1,4 +1,4 @@
-"""Runs inside a test container: pytest by markers (or collect-only), reported through Dagster Pipes.
+"""Runs inside a test container: pytest (or collect-only), reported through Dagster Pipes.
 
 Copied into the container next to the `dagster_pipes` module before it starts, so any image with a
 Python 3.9+ and pytest can run a suite. Stdlib only. Results land in the output folder the
@@ -20,19 +20,18 @@ USABLE_EXIT_CODES = (0, 1, 5)  # passed, some failed, nothing collected
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rootdir", required=True)
-    parser.add_argument("--markers", required=True)
     parser.add_argument("--out", required=True)
     parser.add_argument("--timeout", type=float, required=True)
     parser.add_argument("--collect-only", action="store_true")
     parser.add_argument("--command", help="a JSON argument list to run instead of pytest")
-    parser.add_argument("paths", nargs="*")
+    parser.add_argument("pytest_args", nargs="*", help="after --: paths, -m markers, more arguments")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     with open_dagster_pipes() as pipes:
         if args.command:
             argv = json.loads(args.command)
         else:
-            argv = [sys.executable, "-m", "pytest", *args.paths, "-m", args.markers, "-q"]
+            argv = [sys.executable, "-m", "pytest", *args.pytest_args, "-q"]
             argv += ["-p", "no:cacheprovider", "--rootdir", args.rootdir]
             if args.collect_only:
                 argv.append("--collect-only")
@@ -58,7 +57,9 @@ def main() -> int:
             json.dump(result, handle)
         pipes.report_custom_message(result)
         pipes.log.info(f"exit {returncode} after {result['duration_s']:.1f} s")
-    usable = returncode == 0 or (not args.command and returncode in USABLE_EXIT_CODES)
+    # Collection errors interrupt pytest (2) after it wrote them to the JUnit file: a report to keep.
+    collection_errors = returncode == 2 and (args.collect_only or os.path.exists(f"{args.out}/junit.xml"))
+    usable = returncode == 0 or (not args.command and (returncode in USABLE_EXIT_CODES or collection_errors))
     return 0 if usable else 3
 
 

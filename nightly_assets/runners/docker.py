@@ -33,7 +33,7 @@ from nightly_assets.stage_kinds.test_suite import TestSuiteParams
 from nightly_assets.stage_kinds.wheels import WheelsParams
 from nightly_assets.stages import StageSpec
 from nightly_assets.testing.junit import parse_collect_only, parse_junit
-from nightly_assets.testing.resources import PYTEST_USABLE_EXIT_CODES, TestRunError
+from nightly_assets.testing.resources import TestRunError, usable
 
 IMAGE_RESOURCES = {"docker_pool", "registries"}
 
@@ -99,18 +99,17 @@ def suite_in_image(work: StageWork) -> TestReport:
     run, name = work.run, work.spec.stage.name
     pool: DockerRunnerPoolResource = work.resources.docker_pool
     gpus = pool.devices(work.label).count
-    markers, collect_only = suite_selection(work, gpus)
+    args, collect_only = suite_selection(work, gpus)
     variables = {"arch": run.target.arch, "target": run.target.name, **run.target.params}
     env = {k: str(v).format(**variables) for k, v in work.spec.params(TestSuiteParams).env.items()}
     env["NIGHTLY_EXPECTED_DEVICES"] = str(run.target.devices)
     work.context.log.info(
-        f"{name}: {'collect-only' if collect_only else 'pytest'} -m {markers!r} in the image "
+        f"{name}: {'collect-only' if collect_only else 'pytest'} {' '.join(args)} in the image "
         f"({run.target.arch}, {gpus} GPU(s) on '{work.label}', suite needs {suite.min_gpus})"
     )
     result = run_in_image(
         work,
-        paths=suite.paths,
-        markers=markers,
+        pytest_args=args,
         collect_only=collect_only,
         timeout_s=suite.timeout_minutes * 60,
         env=env,
@@ -118,14 +117,15 @@ def suite_in_image(work: StageWork) -> TestReport:
     log = result.out_dir / "output.log"
     run.published.append(log)
     output = log.read_text(errors="replace") if log.is_file() else ""
-    if result.timed_out or result.returncode not in PYTEST_USABLE_EXIT_CODES:
-        tail = "\n".join(output.splitlines()[-30:])
-        why = (
-            f"timed out after {suite.timeout_minutes} min"
-            if result.timed_out
-            else f"exited {result.returncode}"
+    tail = "\n".join(output.splitlines()[-30:])
+    if result.timed_out:
+        raise TestRunError(
+            f"{name}: pytest in the image timed out after {suite.timeout_minutes} min; last output:\n{tail}"
         )
-        raise TestRunError(f"{name}: pytest in the image {why}; last output:\n{tail}")
+    try:
+        usable(result.returncode, tail, result.out_dir / "junit.xml", collect_only=collect_only)
+    except TestRunError as exc:
+        raise TestRunError(f"{name}: in the image: {exc}") from None
     if collect_only:
         report = parse_collect_only(output, name, run.runner_name)
     else:
@@ -149,8 +149,7 @@ def command_in_image(work: StageWork, argv: list[str], output: str, timeout_s: f
 def run_in_image(
     work: StageWork,
     *,
-    paths: list[str] | None = None,
-    markers: str = "",
+    pytest_args: list[str] | None = None,
     collect_only: bool = False,
     program: list[str] | None = None,
     timeout_s: float,
@@ -165,7 +164,7 @@ def run_in_image(
     if program is not None:
         command = program_command(python, rootdir, program, timeout_s)
     else:
-        command = suite_command(python, rootdir, paths or [], markers, timeout_s, collect_only)
+        command = suite_command(python, rootdir, pytest_args or [], timeout_s, collect_only)
     context.log.info(f"running in {image} on '{label}': {' '.join(command[2:])}")
     pipes = RunnerPipesClient(client, timeout_s=timeout_s + 60)
     result = pipes.run_suite(

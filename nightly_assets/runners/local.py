@@ -22,7 +22,7 @@ from nightly_assets.runners.rbe import bazel_wheels
 from nightly_assets.stage_kinds.wheels import WheelsParams
 from nightly_assets.stages import StageSpec
 from nightly_assets.testing.junit import parse_collect_only, parse_junit
-from nightly_assets.testing.resources import LocalTestRunnerResource
+from nightly_assets.testing.resources import LocalTestRunnerResource, without_installed_packages
 
 
 class LocalBackend(RunnerBackend):
@@ -67,28 +67,33 @@ class LocalBackend(RunnerBackend):
 
 
 def _pytest_here(work: StageWork) -> TestReport:
-    """The suite by markers with the environment's Python on this host; collect-only where the
-    target's arch is dry-run or this machine has fewer GPUs than the suite needs."""
+    """The suite with the environment's Python on this host; collect-only where the target's arch
+    is dry-run or this machine has fewer GPUs than the suite needs."""
     suite, run, name = work.spec.stage.suite, work.run, work.spec.stage.name
     assert suite is not None
     test_runner: LocalTestRunnerResource = work.resources.test_runner
     runner_gpus = run.runner.gpus if run.runner else 0
     gpus = test_runner.visible_gpus() if runner_gpus == "auto" else runner_gpus
-    markers, collect_only = suite_selection(work, gpus)
+    args, collect_only = suite_selection(work, gpus)
     python = Path(work.env.python)
-    rootdir = work.spec.checkout(work.artefacts, run.key)
+    checkout = work.spec.checkout(work.artefacts, run.key)
+    rootdir = without_installed_packages(checkout, work.env.packages, run.workdir / "tree")
+    if rootdir != checkout:
+        work.context.log.info(
+            f"{name}: the checkout's {work.env.packages} left out so tests import the wheel"
+        )
     log = run.workdir / "pytest.log"
     timeout_s = suite.timeout_minutes * 60
     if collect_only:
         work.context.log.info(
             f"{name}: collect-only ({run.target.arch}, {gpus} GPU(s), suite needs {suite.min_gpus})"
         )
-        result = test_runner.collect_pytest(python, rootdir, suite.paths, markers, timeout_s, log)
+        result = test_runner.collect_pytest(python, rootdir, args, timeout_s, log)
         report = parse_collect_only(result.output, name, run.runner_name)
     else:
-        work.context.log.info(f"{name}: pytest -m {markers!r} on {run.runner_name}")
+        work.context.log.info(f"{name}: pytest {' '.join(args)} on {run.runner_name}")
         junit = run.workdir / "junit.xml"
-        test_runner.run_pytest(python, rootdir, suite.paths, markers, junit, timeout_s, log)
+        test_runner.run_pytest(python, rootdir, args, junit, timeout_s, log)
         report = parse_junit(junit, name, run.runner_name)
     work.context.log.info(f"{name}: {report.counts()}")
     return report

@@ -116,11 +116,13 @@ class RunnerBackend:
         )
 
 
-def suite_selection(work: StageWork, gpus: int) -> tuple[str, bool]:
-    """The suite's marker expression for this target, and whether it only collects (seed 001's
-    dry run: an arch in `collect_only_on`, or fewer GPUs than the suite needs)."""
+def suite_selection(work: StageWork, gpus: int) -> tuple[list[str], bool]:
+    """The suite's pytest arguments for this target (paths, `-m` markers, the suite's own
+    `pytest_args`), and whether it only collects (seed 001's dry run: an arch in `collect_only_on`,
+    or fewer GPUs than the suite needs). Without markers the project's own selection stands."""
     suite = work.spec.stage.suite
-    assert suite is not None and suite.markers is not None  # Bazel suites go to the rbe backend
+    assert suite is not None and suite.bazel is None  # Bazel suites go to the rbe backend
     target = work.run.target
-    markers = suite.markers.format(arch=target.arch, **target.params)
-    return markers, target.arch in suite.collect_only_on or gpus < suite.min_gpus
+    markers = suite.markers.format(arch=target.arch, **target.params) if suite.markers else None
+    args = [*suite.paths, *(["-m", markers] if markers is not None else []), *suite.pytest_args]
+    return args, target.arch in suite.collect_only_on or gpus < suite.min_gpus

@@ -11,6 +11,8 @@ from pydantic import Field
 
 from nightly_assets.artefacts.resources import ArtefactStoreResource
 from nightly_assets.builds.resources import PythonBuildResource
+from nightly_assets.builds.test_dependencies import TestDependencyParams
+from nightly_assets.builds.wheel_metadata import top_level_names
 from nightly_assets.containers import checks
 from nightly_assets.containers.images import ImageStage
 from nightly_assets.containers.resources import ContainerRegistriesResource, DockerRunnerPoolResource
@@ -20,7 +22,7 @@ from nightly_assets.stages import StageSpec, recorded_stage, stage_events
 from nightly_assets.warehouse.resources import WarehouseResource
 
 
-class DockerImageParams(RepoParams):
+class DockerImageParams(RepoParams, TestDependencyParams):
     role: Literal["framework", "runtime"] = "runtime"  # framework: base, cached; runtime: wheels + tests
     install_wheels: bool = False  # the nearest upstream wheels stage's wheels go into the image
     tests: list[str] = Field(default_factory=lambda: ["tests"])  # checkout paths copied in for pytest
@@ -57,13 +59,22 @@ def build_docker_image_asset(spec: StageSpec) -> dg.AssetsDefinition:
         with recorded_stage(context, spec, artefacts, warehouse) as run:
             label = run.runner_name if run.runner is not None else "local"
             wheels = _wheels(artefacts, run.key, wheels_stage)
+            checkout = spec.checkout(artefacts, run.key) if params.requirements else None
+            tests = params.test_dependencies(checkout, spec.key.to_user_string())
             unavailable = (
                 docker_pool.unavailable_reason(label, run.target.arch) if params.fallback == "venv" else None
             )
             if unavailable:
                 context.log.warning(f"{unavailable}: installing into a virtualenv instead")
-                python = builder.create_environment(run.workdir / "venv", wheels, run.workdir / "install.log")
-                run.manifest.update(mode="venv", python=str(python), installed=[w.name for w in wheels])
+                python = builder.create_environment(
+                    run.workdir / "venv", wheels, run.workdir / "install.log", tests
+                )
+                run.manifest.update(
+                    mode="venv",
+                    python=str(python),
+                    installed=[w.name for w in wheels],
+                    packages=top_level_names(wheels),
+                )
                 run.detail = f"virtualenv (no image: {unavailable}), {len(wheels)} wheel(s)"
                 metadata: dict[str, Any] = {
                     "mode": "venv",
@@ -81,6 +92,8 @@ def build_docker_image_asset(spec: StageSpec) -> dg.AssetsDefinition:
                     registries=registries,
                     log=context.log,
                     run_id=context.run.run_id,
+                    builder=builder,
+                    tests=tests,
                 )
                 sources = spec.pinned_repo(artefacts, run.key)
                 base = artefacts.manifest(run.key, base_stage, EnvironmentManifest) if base_stage else None

@@ -1,4 +1,5 @@
-"""The environment stage: a fresh virtual environment with only the night's wheels installed."""
+"""The environment stage: a fresh virtual environment with the night's wheels and the suite's test
+dependencies (requirements files, extras, packages) from the package index."""
 
 from pathlib import Path
 
@@ -6,14 +7,21 @@ import dagster as dg
 
 from nightly_assets.artefacts.resources import ArtefactStoreResource
 from nightly_assets.builds.resources import PythonBuildResource
+from nightly_assets.builds.test_dependencies import TestDependencyParams
+from nightly_assets.builds.wheel_metadata import top_level_names
 from nightly_assets.manifests import WheelsManifest
-from nightly_assets.stage_kinds.spec import ORCHESTRATOR, NoParams, StageKind
+from nightly_assets.stage_kinds.spec import ORCHESTRATOR, RepoParams, StageKind
 from nightly_assets.stages import StageSpec, recorded_stage
 from nightly_assets.warehouse.resources import WarehouseResource
 
 
+class EnvironmentParams(RepoParams, TestDependencyParams):
+    """Which repository's checkout holds the requirements files, and the suite's test dependencies."""
+
+
 def build_environment_asset(spec: StageSpec) -> dg.AssetsDefinition:
     wheels_stage = spec.upstream_stage("wheels")
+    params = spec.params(EnvironmentParams)
 
     @dg.asset(**spec.asset_args())
     def _environment(
@@ -22,16 +30,25 @@ def build_environment_asset(spec: StageSpec) -> dg.AssetsDefinition:
         artefacts: ArtefactStoreResource,
         warehouse: WarehouseResource,
     ) -> dg.MaterializeResult:
-        """A fresh virtual environment with only the night's wheels installed."""
+        """A fresh virtual environment with the night's wheels and the suite's test dependencies."""
         with recorded_stage(context, spec, artefacts, warehouse) as run:
             wheels = [Path(w) for w in artefacts.manifest(run.key, str(wheels_stage), WheelsManifest).wheels]
-            python = builder.create_environment(run.workdir / "venv", wheels, run.workdir / "install.log")
+            checkout = spec.checkout(artefacts, run.key) if params.requirements else None
+            tests = params.test_dependencies(checkout, spec.key.to_user_string())
+            python = builder.create_environment(
+                run.workdir / "venv", wheels, run.workdir / "install.log", tests
+            )
             run.manifest["python"] = str(python)
             run.manifest["installed"] = [w.name for w in wheels]
-            run.detail = f"{len(wheels)} wheel(s) installed"
-            context.log.info(f"environment ready: {python}")
+            run.manifest["packages"] = top_level_names(wheels)
+            run.detail = f"{len(wheels)} wheel(s) installed" + (" with test dependencies" if tests else "")
+            context.log.info(f"environment ready: {python} (packages from {builder.package_sources()})")
         return dg.MaterializeResult(
-            metadata={"python": str(python), "installed": ", ".join(w.name for w in wheels)}
+            metadata={
+                "python": str(python),
+                "installed": ", ".join(w.name for w in wheels),
+                "test_dependencies": tests.describe(),
+            }
         )
 
     return _environment
@@ -39,7 +56,7 @@ def build_environment_asset(spec: StageSpec) -> dg.AssetsDefinition:
 
 KIND = StageKind(
     "environment",
-    NoParams,
+    EnvironmentParams,
     build_environment_asset,
     frozenset({"python", "venv"}),
     frozenset({ORCHESTRATOR, "local"}),

@@ -74,8 +74,14 @@ def build_test_suite_asset(spec: StageSpec) -> dg.AssetsDefinition:
                 checks.test_count_stable(spec.key, report, previous, thresholds.test_count_drop_pct),
             ]
             run.status = "success" if report.passed_all else "failure"
-            run.detail = f"{report.count('passed')}/{report.total} passed" + (
-                " (collect-only)" if report.collect_only else ""
+            failed, errors = report.count("failed"), report.count("error")
+            problems = [f"{failed} failed"] * bool(failed) + [f"{errors} error{'s' * (errors > 1)}"] * bool(
+                errors
+            )
+            run.detail = (
+                f"{report.count('passed')}/{report.total} passed"
+                + (f" ({', '.join(problems)})" if problems else "")
+                + (" (collect-only)" if report.collect_only else "")
             )
             if not passed.passed:
                 run.failure = passed.description

@@ -23,6 +23,7 @@ def _parse(argv):
     parser.add_argument("--venv", action="store_true", help="make a venv (system site packages) first")
     parser.add_argument("--install", action="store_true", help="pip install -e the checkout")
     parser.add_argument("--pip-arg", action="append", default=[], dest="pip_args")
+    parser.add_argument("--pytest-arg", action="append", default=[], dest="pytest_args")
     parser.add_argument("--commit", default="unknown")
     parser.add_argument("paths", nargs="*")
     return parser.parse_args(argv)
@@ -76,6 +77,7 @@ def main(argv=None):
     command = [python, "-m", "pytest", "-p", "no:cacheprovider", "-rA", "--junitxml=" + junit]
     if args.markers:
         command += ["-m", args.markers]
+    command += args.pytest_args
     started = time.time()
     print("remote_suite: " + " ".join([*command, "--", *args.paths]), flush=True)
     code_ = subprocess.run([*command, "--", *args.paths], cwd=code, env=env).returncode

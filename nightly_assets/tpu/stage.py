@@ -85,12 +85,13 @@ def suite_for(
     commit: str,
 ) -> TpuSuite:
     """The argv the VM runs: our runner script, every value its own argument."""
-    assert suite.markers is not None  # Bazel suites do not run on TPU VMs (the catalog says so)
-    markers = suite.markers.format(arch=target.arch, **target.params)
+    assert suite.bazel is None  # Bazel suites do not run on TPU VMs (the catalog says so)
+    markers = suite.markers.format(arch=target.arch, **target.params) if suite.markers else ""
     argv = [params.python, "remote_suite.py", "--source", "source.tar.gz", "--junit", "junit.xml"]
     argv += ["--timing", params.timing_file, "--markers", markers, "--commit", commit]
     argv += [flag for flag, on in (("--venv", params.venv), ("--install", params.install)) if on]
     argv += [f"--pip-arg={arg}" for arg in params.pip_args]
+    argv += [f"--pytest-arg={arg}" for arg in suite.pytest_args]
     return TpuSuite(
         argv=[*argv, "--", *suite.paths],
         junit_file="junit.xml",

@@ -1,0 +1,268 @@
+"""A real third-party project's night from YAML alone: itsdangerous (flit_core backend, test
+dependencies in a requirements file) built in an isolated PEP 517 environment, its tests run
+against the installed wheel with their dependencies from the package sources, offline; the night's
+counts are those of a direct pytest run. And what a new user meets: collection errors shown as
+errors, a flat layout whose sources would shadow the wheel, a failing build's cause."""
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nightly_assets.process import cause
+from nightly_assets.resources import REPO_WHEELHOUSE
+from nightly_assets_tests.catalog_nights import CatalogNights
+from nightly_assets_tests.git_repo import commit_folder
+from nightly_assets_tests.peers.docker import DockerEngine
+
+PROJECTS = Path(__file__).parent / "data" / "projects"
+
+PIPELINE = """
+name: itsdangerous
+title: itsdangerous nightly
+seed: "000"
+description: A real project's night from its repository alone.
+cron: "0 2 * * *"
+start_date: 2026-11-01
+repositories:
+  - {{name: itsdangerous, url: "{upstream}", branch: main}}
+targets:
+  - {{name: cpu, arch: amd64}}
+stages:
+  - {{name: sources, kind: sources, description: The pinned checkout.}}
+  - {{name: wheels, kind: wheels, deps: [sources], description: The wheel by flit_core.}}
+  - name: environment
+    kind: environment
+    deps: [wheels]
+    description: The wheel and the test dependencies.
+    params: {environment}
+  - name: tests
+    kind: test_suite
+    deps: [environment]
+    description: The whole suite as the project configures it.
+    suite: {{paths: [], timeout_minutes: 10, runner: local}}
+  - name: tests_signer
+    kind: test_suite
+    deps: [environment]
+    description: Only the signer tests, by a pytest argument.
+    suite: {{pytest_args: ["-k", "Signer"], timeout_minutes: 10, runner: local}}
+  - {{name: night_summary, kind: night_summary, deps: [tests, tests_signer], description: Summary.}}
+"""
+
+
+@pytest.fixture
+def wheelhouse(monkeypatch: pytest.MonkeyPatch) -> Path:
+    if not (REPO_WHEELHOUSE / "flit_core-3.12.0-py3-none-any.whl").exists() and not any(
+        REPO_WHEELHOUSE.glob("flit_core-3*.whl")
+    ):
+        pytest.fail(f"{REPO_WHEELHOUSE} lacks the fixture projects' packages: run `make setup`")
+    monkeypatch.setenv("NIGHTLY_WHEELHOUSE", str(REPO_WHEELHOUSE))
+    monkeypatch.delenv("NIGHTLY_PACKAGE_INDEX_URL", raising=False)
+    return REPO_WHEELHOUSE
+
+
+def _upstream(tmp_path: Path, project: str) -> Path:
+    repo = tmp_path / "upstream" / project
+    shutil.copytree(PROJECTS / project, repo)
+    commit_folder(repo, f"{project} as released")
+    return repo
+
+
+def _report(home: Path, night: str, stage: str) -> dict[str, int]:
+    manifest = home / "artefacts" / "itsdangerous" / night / "cpu" / stage / "manifest.json"
+    return {k: v for k, v in json.loads(manifest.read_text())["report"].items() if v and k != "total"}
+
+
+def _direct_pytest(tmp_path: Path, source: Path, wheelhouse: Path, *args: str) -> dict[str, int]:
+    """What a developer runs: a venv with the project and its test requirements, then pytest."""
+    venv = tmp_path / "direct-venv"
+    if not venv.exists():
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
+        install = [sys.executable, "-m", "pip", "--python", venv / "bin/python", "install", "-q"]
+        subprocess.run(
+            [
+                *install,
+                "--no-index",
+                "--find-links",
+                wheelhouse,
+                "-r",
+                source / "requirements/tests.txt",
+                source,
+            ],
+            check=True,
+            env={"PATH": "/usr/bin:/bin", "PIP_CONFIG_FILE": "/dev/null"},
+        )
+    done = subprocess.run(
+        [venv / "bin/python", "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
+        cwd=source,
+        capture_output=True,
+        text=True,
+    )
+    summary = done.stdout.strip().splitlines()[-1]
+    return {outcome: int(n) for n, outcome in re.findall(r"(\d+) (passed|failed|skipped|errors?)", summary)}
+
+
+@pytest.mark.slow
+def test_itsdangerous_night_counts_match_a_direct_pytest_run(
+    catalog_nights: CatalogNights, tmp_path: Path, wheelhouse: Path
+) -> None:
+    upstream = _upstream(tmp_path, "itsdangerous")
+    environment = '{requirements: ["requirements/tests.txt"]}'
+    _, stages, outcome = catalog_nights.run(
+        PIPELINE.format(upstream=upstream, environment=environment), "2026-11-03"
+    )
+    assert outcome.succeeded, {s.stage: s.detail for s in stages.values()}
+    direct = _direct_pytest(tmp_path, PROJECTS / "itsdangerous", wheelhouse)
+    assert direct["passed"] > 250  # the whole suite ran, not a handful
+    assert _report(catalog_nights.home, "2026-11-03", "tests") == direct
+    assert _report(catalog_nights.home, "2026-11-03", "tests_signer") == _direct_pytest(
+        tmp_path, PROJECTS / "itsdangerous", wheelhouse, "-k", "Signer"
+    )
+    assert stages["tests"].detail == f"{direct['passed']}/{direct['passed']} passed"
+    wheels = catalog_nights.home / "artefacts/itsdangerous/2026-11-03/cpu/wheels"
+    build_log = (wheels / "build.log").read_text()
+    assert "flit_core" in build_log and "isolated environment" in build_log  # PEP 517, isolated
+    env_manifest = json.loads(
+        (catalog_nights.home / "artefacts/itsdangerous/2026-11-03/cpu/environment/manifest.json").read_text()
+    )
+    assert env_manifest["packages"] == ["itsdangerous"]
+    install_log = (
+        catalog_nights.home / "artefacts/itsdangerous/2026-11-03/cpu/environment/install.log"
+    ).read_text()
+    assert "freezegun-1.4.0" in install_log and "pytest-8.1.1" in install_log  # from the wheelhouse
+
+
+@pytest.mark.slow
+def test_missing_test_dependencies_show_as_collection_errors(
+    catalog_nights: CatalogNights, tmp_path: Path, wheelhouse: Path
+) -> None:
+    """Without its requirements file the suite cannot import freezegun: the night says so, with
+    the errors counted, never "0/0"."""
+    upstream = _upstream(tmp_path, "itsdangerous")
+    _, stages, outcome = catalog_nights.run(
+        PIPELINE.format(upstream=upstream, environment="{}"), "2026-11-03"
+    )
+    assert not outcome.succeeded
+    report = _report(catalog_nights.home, "2026-11-03", "tests")
+    assert report == {"error": 2}, report  # test_timed.py, and test_url_safe.py that imports it
+    assert stages["tests"].status == "failure" and stages["tests"].detail == "0/2 passed (2 errors)"
+    junit = (catalog_nights.home / "artefacts/itsdangerous/2026-11-03/cpu/tests/junit.xml").read_text()
+    assert "No module named 'freezegun'" in junit
+
+
+FLAT_PROJECT = {
+    "pyproject.toml": """[build-system]
+requires = ["flit_core>=3.2,<4"]
+build-backend = "flit_core.buildapi"
+
+[project]
+name = "flatpkg"
+version = "1.0"
+description = "A flat layout: the package beside its tests."
+""",
+    "flatpkg/__init__.py": '"""Installed or not?"""\n',
+    "conftest.py": "",  # a root conftest: pytest puts the checkout's root on sys.path
+    "tests/test_where.py": """import flatpkg
+
+
+def test_imports_the_installed_wheel():
+    assert "site-packages" in flatpkg.__file__, flatpkg.__file__
+""",
+}
+
+
+@pytest.mark.slow
+def test_flat_layout_tests_import_the_installed_wheel(
+    catalog_nights: CatalogNights, tmp_path: Path, wheelhouse: Path
+) -> None:
+    repo = tmp_path / "upstream" / "flatpkg"
+    for name, text in FLAT_PROJECT.items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(text)
+    commit_folder(repo)
+    pipeline = PIPELINE.replace("itsdangerous", "flatpkg").format(upstream=repo, environment="{}")
+    _, stages, outcome = catalog_nights.run(pipeline.replace("itsdangerous", "flatpkg"), "2026-11-03")
+    assert outcome.succeeded, {s.stage: s.detail for s in stages.values()}
+    assert stages["tests"].detail == "1/1 passed"
+
+
+@pytest.mark.slow
+def test_a_failing_build_names_its_cause(
+    catalog_nights: CatalogNights, tmp_path: Path, wheelhouse: Path
+) -> None:
+    """A build backend the package sources do not hold: the stage's error is pip's own reason."""
+    repo = tmp_path / "upstream" / "itsdangerous"
+    shutil.copytree(PROJECTS / "itsdangerous", repo)
+    pyproject = repo / "pyproject.toml"
+    pyproject.write_text(
+        pyproject.read_text().replace('requires = ["flit_core<4"]', 'requires = ["hatchling"]')
+    )
+    commit_folder(repo)
+    _, stages, outcome = catalog_nights.run(PIPELINE.format(upstream=repo, environment="{}"), "2026-11-03")
+    assert not outcome.succeeded
+    detail = stages["wheels"].detail
+    first_line = detail.splitlines()[0]
+    assert "building itsdangerous (wheel) failed" in first_line
+    assert f"the wheelhouse {wheelhouse} only" in first_line
+    assert first_line.endswith("build exited with 1: ERROR: No matching distribution found for hatchling")
+
+
+@pytest.mark.parametrize(
+    ("output", "expected"),
+    [
+        (  # `python -m build` quoting pip (with "< "), then saying pip failed: pip's reason
+            "< ERROR: Could not find a version that satisfies the requirement hatchling\n"
+            "< ERROR: No matching distribution found for hatchling\n"
+            "ERROR Command '['python', '-m', 'pip', 'install']' returned non-zero exit status 1.\n",
+            "ERROR: No matching distribution found for hatchling",
+        ),
+        (  # pytest's short summary
+            "tests/test_a.py F\nFAILED tests/test_a.py::test_x - assert 1 == 2\n1 failed in 0.1s\n",
+            "FAILED tests/test_a.py::test_x - assert 1 == 2",
+        ),
+        ("Traceback (most recent call last):\n  File 'x'\nModuleNotFoundError: No module named 'y'\n", None),
+        ("", "no output"),
+    ],
+)
+def test_a_failed_commands_cause_is_its_own_error_line(output: str, expected: str | None) -> None:
+    assert cause(output) == (expected or "ModuleNotFoundError: No module named 'y'")
+
+
+@pytest.mark.docker
+def test_test_dependencies_go_into_the_runtime_image(
+    catalog_nights: CatalogNights,
+    tmp_path: Path,
+    wheelhouse: Path,
+    docker_engine: DockerEngine,
+    base_image: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same night with its suite in the night's image: the test dependencies are fetched here
+    from the package sources and installed into the image offline; the counts are the same."""
+    monkeypatch.setenv("DOCKER_HOST", docker_engine.host)
+    upstream = _upstream(tmp_path, "itsdangerous")
+    pipeline = PIPELINE.format(upstream=upstream, environment="{}")
+    start = pipeline.index("  - name: environment")
+    end = pipeline.index("  - name: tests\n")
+    image = """  - name: environment
+    kind: docker_image
+    deps: [wheels]
+    runner: cpu-amd-m5-4xlarge
+    description: The runtime image with the wheel and the test dependencies.
+    params: {install_wheels: true, requirements: [requirements/tests.txt], tests: [tests]}
+"""
+    pipeline = pipeline[:start] + image + pipeline[end:]
+    pipeline = pipeline.replace(
+        "timeout_minutes: 10, runner: local", "timeout_minutes: 10, runner: cpu-amd-m5-4xlarge"
+    )
+    _, stages, outcome = catalog_nights.run(pipeline, "2026-11-03")
+    assert outcome.succeeded, {s.stage: s.detail for s in stages.values()}
+    direct = _direct_pytest(tmp_path, PROJECTS / "itsdangerous", wheelhouse)
+    assert _report(catalog_nights.home, "2026-11-03", "tests") == direct
+    dockerfile = catalog_nights.home / "artefacts/itsdangerous/2026-11-03/cpu/environment/context/Dockerfile"
+    install = json.loads(next(line for line in dockerfile.read_text().splitlines() if "pip" in line)[4:])
+    assert "--no-index" in install and "/opt/nightly/testdeps/checkout/requirements/tests.txt" in install
