@@ -264,5 +264,7 @@ def test_test_dependencies_go_into_the_runtime_image(
     direct = _direct_pytest(tmp_path, PROJECTS / "itsdangerous", wheelhouse)
     assert _report(catalog_nights.home, "2026-11-03", "tests") == direct
     dockerfile = catalog_nights.home / "artefacts/itsdangerous/2026-11-03/cpu/environment/context/Dockerfile"
-    install = json.loads(next(line for line in dockerfile.read_text().splitlines() if "pip" in line)[4:])
+    install = json.loads(
+        next(line for line in dockerfile.read_text().splitlines() if line.startswith('RUN ["'))[4:]
+    )
     assert "--no-index" in install and "/opt/nightly/testdeps/checkout/requirements/tests.txt" in install
