@@ -23,7 +23,12 @@ from nightly_assets.containers.resources import (
 )
 from nightly_assets.github.resources import GitHubResource
 from nightly_assets.rbe.resources import DEFAULT_MAX_IDLE_SECS, BazelRbeResource, RemoteSettings
-from nightly_assets.release.resources import LocalPackageIndexResource
+from nightly_assets.release.resources import (
+    INDEX_VARIABLES,
+    LOCAL,
+    PackageIndex,
+    PackageIndexesResource,
+)
 from nightly_assets.reporting.resources import FileNotifierResource, SlackNotifierResource
 from nightly_assets.settings import Env, env_settings
 from nightly_assets.sources.resources import GitSourcesResource
@@ -60,7 +65,7 @@ def resources_for(env: Env, home: Path) -> dict[str, Any]:
             )
         ),
         "test_runner": LocalTestRunnerResource(),
-        "package_index": LocalPackageIndexResource(root=str(home / "index")),
+        "package_index": package_indexes(env, home),
         "notifier": FileNotifierResource(path=str(home / "alerts.jsonl")),
         "docker_pool": DockerRunnerPoolResource(
             **env_settings(pool_file="NIGHTLY_RUNNER_POOL", base_image="NIGHTLY_BASE_IMAGE"),
@@ -155,6 +160,28 @@ def registry_endpoints() -> dict[str, RegistryEndpoint]:
             password_env=prefix + "PASSWORD" if os.environ.get(prefix + "PASSWORD") else None,
         )
     return endpoints
+
+
+def package_indexes(env: Env, home: Path) -> PackageIndexesResource:
+    """The local find-links folder, and each index of INDEX_VARIABLES whose URL is set, with its
+    credentials by the variables' names. In `local`, an unset NIGHTLY_TEST_INDEX_URL puts the
+    `test` index in the local folder (a laptop night runs end to end); `production`, and `test`
+    in prod, need their variables."""
+    indexes = {}
+    local_names = [LOCAL]
+    for name, variables in INDEX_VARIABLES.items():
+        if os.environ.get(variables.url):
+            indexes[name] = PackageIndex(
+                **env_settings(
+                    url=variables.url,
+                    simple_url=variables.simple_url,
+                    username=variables.username,
+                    password=variables.password,
+                )
+            )
+        elif env == "local" and name == "test":
+            local_names.append(name)
+    return PackageIndexesResource(local_root=str(home / "index"), indexes=indexes, local_names=local_names)
 
 
 def artefact_store(env: Env, home: Path) -> ArtefactStoreResource:
