@@ -18,6 +18,7 @@ from nightly_assets.resources import REPO_WHEELHOUSE
 from nightly_assets_tests.catalog_nights import CatalogNights
 from nightly_assets_tests.git_repo import commit_folder
 from nightly_assets_tests.peers.docker import DockerEngine
+from nightly_assets_tests.peers.pypiserver import start_pypiserver
 
 PROJECTS = Path(__file__).parent / "data" / "projects"
 
@@ -268,3 +269,32 @@ def test_test_dependencies_go_into_the_runtime_image(
         next(line for line in dockerfile.read_text().splitlines() if line.startswith('RUN ["'))[4:]
     )
     assert "--no-index" in install and "/opt/nightly/testdeps/checkout/requirements/tests.txt" in install
+
+
+@pytest.mark.pypi
+@pytest.mark.slow
+def test_the_night_takes_its_packages_from_a_real_index(
+    catalog_nights: CatalogNights, tmp_path: Path, wheelhouse: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """NIGHTLY_PACKAGE_INDEX_URL alone: the build backend, pytest and the test dependencies come
+    from a pypiserver serving the wheelhouse's files, and the counts are the direct run's."""
+    served = tmp_path / "index"
+    shutil.copytree(wheelhouse, served)
+    upstream = _upstream(tmp_path, "itsdangerous")
+    with start_pypiserver(served, auth=False) as index:
+        monkeypatch.delenv("NIGHTLY_WHEELHOUSE")
+        monkeypatch.setenv("NIGHTLY_PACKAGE_INDEX_URL", index.simple_url)
+        environment = '{requirements: ["requirements/tests.txt"]}'
+        _, stages, outcome = catalog_nights.run(
+            PIPELINE.format(upstream=upstream, environment=environment), "2026-11-03"
+        )
+    assert outcome.succeeded, {s.stage: s.detail for s in stages.values()}
+    assert _report(catalog_nights.home, "2026-11-03", "tests") == _direct_pytest(
+        tmp_path, PROJECTS / "itsdangerous", wheelhouse
+    )
+    # The index was the only source: no wheelhouse, no pip configuration (PIP_CONFIG_FILE=/dev/null).
+    night = catalog_nights.home / "artefacts/itsdangerous/2026-11-03/cpu"
+    assert f"Looking in indexes: {index.simple_url}" in (night / "environment/install.log").read_text()
+    assert "Looking in links" not in (night / "environment/install.log").read_text().replace(
+        f"Looking in links: {night / 'wheels/dist'}", ""
+    )
