@@ -49,7 +49,7 @@ def top_level_names(wheels: list[Path]) -> list[str]:
         with zipfile.ZipFile(wheel) as archive:
             for entry in archive.namelist():
                 first = entry.split("/")[0]
-                if first.endswith((".dist-info", ".data")) or first.endswith(".pth"):
+                if first.endswith((".dist-info", ".data", ".pth")):
                     continue
                 names.add(first.removesuffix(".py") if "/" not in entry else first)
     return sorted(n for n in names if n.isidentifier())

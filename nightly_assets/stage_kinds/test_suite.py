@@ -9,6 +9,7 @@ from pydantic import Field
 
 from nightly_assets.artefacts.resources import ArtefactStoreResource
 from nightly_assets.manifests import EnvironmentManifest
+from nightly_assets.results import TestReport
 from nightly_assets.runners import backend, runner_kinds
 from nightly_assets.runners.protocol import RunnerBackend, StageWork
 from nightly_assets.stage_kinds.spec import RepoParams, StageKind
@@ -74,20 +75,25 @@ def build_test_suite_asset(spec: StageSpec) -> dg.AssetsDefinition:
                 checks.test_count_stable(spec.key, report, previous, thresholds.test_count_drop_pct),
             ]
             run.status = "success" if report.passed_all else "failure"
-            failed, errors = report.count("failed"), report.count("error")
-            problems = [f"{failed} failed"] * bool(failed) + [f"{errors} error{'s' * (errors > 1)}"] * bool(
-                errors
-            )
-            run.detail = (
-                f"{report.count('passed')}/{report.total} passed"
-                + (f" ({', '.join(problems)})" if problems else "")
-                + (" (collect-only)" if report.collect_only else "")
-            )
+            run.detail = f"{report.count('passed')}/{report.total} passed" + _problems(report)
             if not passed.passed:
                 run.failure = passed.description
         yield from stage_events(run, {**report_metadata(report), **outcome.metadata})
 
     return _test_report
+
+
+def _problems(report: TestReport) -> str:
+    """What went wrong, for the stage's one-line detail: " (2 failed, 1 error)", " (collect-only)"."""
+    failed, errors = report.count("failed"), report.count("error")
+    problems = []
+    if failed:
+        problems.append(f"{failed} failed")
+    if errors:
+        problems.append(f"{errors} error" + ("s" if errors > 1 else ""))
+    return (f" ({', '.join(problems)})" if problems else "") + (
+        " (collect-only)" if report.collect_only else ""
+    )
 
 
 def suite_backend(spec: StageSpec, runner_kind: str | None) -> RunnerBackend:
