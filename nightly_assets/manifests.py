@@ -8,6 +8,7 @@ KeyError deep inside a build. Fields a stage writes only for people (durations, 
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -26,6 +27,15 @@ class PinnedRepo(Manifest):
     branch: str
     sha: str
     path: str  # the night's checkout
+    committed_at: str = ""  # ISO 8601; empty in manifests from before it was recorded
+
+    @property
+    def source_date_epoch(self) -> str | None:
+        """The commit's time as `SOURCE_DATE_EPOCH`, so the same commit builds the same wheel bytes
+        (and an image that installs it reuses its cached layers)."""
+        if not self.committed_at:
+            return None
+        return str(int(dt.datetime.fromisoformat(self.committed_at).timestamp()))
 
 
 class SourcesManifest(Manifest):

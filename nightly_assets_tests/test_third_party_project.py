@@ -4,11 +4,13 @@ against the installed wheel with their dependencies from the package sources, of
 counts are those of a direct pytest run. And what a new user meets: collection errors shown as
 errors, a flat layout whose sources would shadow the wheel, a failing build's cause."""
 
+import hashlib
 import json
 import re
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -208,6 +210,28 @@ def test_a_failing_build_names_its_cause(
     assert "building itsdangerous (wheel) failed" in first_line
     assert f"the wheelhouse {wheelhouse} only" in first_line
     assert first_line.endswith("build exited with 1: ERROR: No matching distribution found for hatchling")
+
+
+def test_one_commit_builds_the_same_wheel_bytes_every_night(
+    catalog_nights: CatalogNights, tmp_path: Path, wheelhouse: Path
+) -> None:
+    """Each night checks the commit out afresh (new file times); the wheel's archive times are the
+    commit's (SOURCE_DATE_EPOCH), so the bytes match and an image installing it stays cached."""
+    upstream = _upstream(tmp_path, "itsdangerous")
+    pipeline = PIPELINE.format(upstream=upstream, environment="{}")
+    pipeline = pipeline[: pipeline.index("  - name: environment")]
+    pipeline += "  - {name: night_summary, kind: night_summary, deps: [wheels], description: Summary.}\n"
+    digests = []
+    for night in ("2026-11-03", "2026-11-04"):
+        _, stages, outcome = catalog_nights.run(pipeline, night)
+        assert outcome.succeeded, {s.stage: s.detail for s in stages.values()}
+        dist = catalog_nights.home / "artefacts/itsdangerous" / night / "cpu/wheels/dist"
+        (wheel,) = dist.glob("*.whl")
+        with zipfile.ZipFile(wheel) as archive:
+            times = {info.date_time for info in archive.infolist()}
+        assert times == {(2026, 11, 2, 10, 0, 0)}, times  # the commit's time (git_repo.COMMIT_DATE)
+        digests.append(hashlib.sha256(wheel.read_bytes()).hexdigest())
+    assert digests[0] == digests[1]
 
 
 @pytest.mark.parametrize(

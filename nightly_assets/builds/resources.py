@@ -34,18 +34,27 @@ class PythonBuildResource(dg.ConfigurableResource):
     wheelhouse: str | None = None  # a folder of wheels (`pip --find-links`)
     build_timeout_s: int = 1800
 
-    def build_wheels(self, src: Path, out: Path, log: Path) -> list[Path]:
-        return self._build(src, out, log, "--wheel", "*.whl")
+    def build_wheels(
+        self, src: Path, out: Path, log: Path, source_date_epoch: str | None = None
+    ) -> list[Path]:
+        return self._build(src, out, log, "--wheel", "*.whl", source_date_epoch)
 
-    def build_sdist(self, src: Path, out: Path, log: Path) -> list[Path]:
-        return self._build(src, out, log, "--sdist", "*.tar.gz")
+    def build_sdist(
+        self, src: Path, out: Path, log: Path, source_date_epoch: str | None = None
+    ) -> list[Path]:
+        return self._build(src, out, log, "--sdist", "*.tar.gz", source_date_epoch)
 
-    def _build(self, src: Path, out: Path, log: Path, what: str, pattern: str) -> list[Path]:
+    def _build(
+        self, src: Path, out: Path, log: Path, what: str, pattern: str, source_date_epoch: str | None
+    ) -> list[Path]:
+        """`python -m build`; with `source_date_epoch` (the commit's time) the archive's timestamps
+        are that time, so one commit always gives the same bytes."""
         out.mkdir(parents=True, exist_ok=True)
         self._run(
             [sys.executable, "-m", "build", what, "--outdir", out, src],
             log,
             f"building {src.name} ({what[2:]})",
+            {"SOURCE_DATE_EPOCH": source_date_epoch} if source_date_epoch else {},
         )
         return sorted(out.glob(pattern))
 
@@ -109,10 +118,14 @@ class PythonBuildResource(dg.ConfigurableResource):
             sources.append(f"wheelhouse {self.wheelhouse}")
         return " and ".join(sources)
 
-    def _run(self, args: list[str | Path], log: Path, doing: str) -> None:
+    def _run(self, args: list[str | Path], log: Path, doing: str, env: dict[str, str] | None = None) -> None:
         try:
             run_command(
-                args, env=self.pip_env(), timeout_s=self.build_timeout_s, log_path=log, scratch_home=True
+                args,
+                env={**self.pip_env(), **(env or {})},
+                timeout_s=self.build_timeout_s,
+                log_path=log,
+                scratch_home=True,
             )
         except CommandError as exc:
             raise CommandError(f"{doing} failed, packages from {self.package_sources()}: {exc}") from None

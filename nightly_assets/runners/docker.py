@@ -63,7 +63,8 @@ class DockerBackend(RunnerBackend):
         """Wheels from a fresh container of the builder image on the runner's Docker host."""
         pool: DockerRunnerPoolResource = work.resources.docker_pool
         run = work.run
-        src = work.spec.checkout(work.artefacts, run.key)
+        pinned = work.spec.pinned_repo(work.artefacts, run.key)
+        src = Path(pinned.path)
         image = params.builder_image or pool.base_image_for(run.target.arch)
         platform = pool.platform_for(run.runner_name, run.target.arch)
         client = pool.client(run.runner_name)
@@ -78,6 +79,7 @@ class DockerBackend(RunnerBackend):
                 log=run.workdir / "build.log",
                 platform=platform,
                 timeout_s=pool.build_timeout_s,
+                source_date_epoch=pinned.source_date_epoch,
             )
         finally:
             client.close()

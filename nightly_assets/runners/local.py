@@ -46,9 +46,13 @@ class LocalBackend(RunnerBackend):
         if params.builder == "bazel":
             return bazel_wheels(work, params, remote=False)
         builder: PythonBuildResource = work.resources.builder
-        src = work.spec.checkout(work.artefacts, work.run.key)
+        pinned = work.spec.pinned_repo(work.artefacts, work.run.key)
         workdir = work.run.workdir
-        return BuiltWheels(builder.build_wheels(src, workdir / "dist", workdir / "build.log"))
+        return BuiltWheels(
+            builder.build_wheels(
+                Path(pinned.path), workdir / "dist", workdir / "build.log", pinned.source_date_epoch
+            )
+        )
 
     def run_command(self, work: StageWork, argv: list[str], output: str, timeout_s: float) -> Path:
         if work.in_image:

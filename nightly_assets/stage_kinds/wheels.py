@@ -70,8 +70,13 @@ def build_wheels_asset(spec: StageSpec) -> dg.AssetsDefinition:
             sdists: list[Path] = []
             if params.sdist:
                 builder: PythonBuildResource = context.resources.builder
-                src = spec.checkout(artefacts, run.key)
-                sdists = builder.build_sdist(src, run.workdir / "dist", run.workdir / "sdist.log")
+                pinned = spec.pinned_repo(artefacts, run.key)
+                sdists = builder.build_sdist(
+                    Path(pinned.path),
+                    run.workdir / "dist",
+                    run.workdir / "sdist.log",
+                    pinned.source_date_epoch,
+                )
             files = [*wheels, *sdists]
             run.manifest["wheels"] = [str(w) for w in wheels]
             run.manifest["sdists"] = [str(s) for s in sdists]
