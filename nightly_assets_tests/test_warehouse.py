@@ -311,6 +311,7 @@ def test_pass_rates_per_test_over_the_last_nights(nights: Warehouse) -> None:
             "broken": "error",
             "skipped": "skipped",
             "old": "failed" if day == 1 else "passed",
+            **({"gone": "failed" if day == 3 else "passed"} if day < 5 else {}),  # not run on the newest
         }
         _night(KEY, day, outcomes)
     _night(OTHER_TARGET, 5, {"always": "failed"})
@@ -319,16 +320,23 @@ def test_pass_rates_per_test_over_the_last_nights(nights: Warehouse) -> None:
     assert [(r.suite, r.test_id, r.passed, r.runs) for r in rates] == [
         ("unit", "broken", 0, 4),
         ("unit", "flaky", 2, 4),
+        ("unit", "gone", 2, 3),
     ]
     assert rates[1].rate == 0.5
     everything = nights.pass_rates(KEY.pipeline, KEY.target, nights=4, below=None)
-    assert {r.test_id: r.rate for r in everything} == {"broken": 0.0, "flaky": 0.5, "always": 1.0, "old": 1.0}
+    assert {r.test_id: r.rate for r in everything} == {
+        "broken": 0.0,
+        "flaky": 0.5,
+        "gone": 2 / 3,
+        "always": 1.0,
+        "old": 1.0,
+    }
     until = nights.pass_rates(KEY.pipeline, KEY.target, nights=2, until=dt.date(2024, 5, 2))
     assert {r.test_id: (r.passed, r.runs) for r in until} == {
         "broken": (0, 2),
         "flaky": (1, 2),
         "old": (1, 2),
-    }
+    }  # "gone" passed both nights
     assert [r.test_id for r in nights.pass_rates(KEY.pipeline, KEY.target, nights=5, below=0.5)] == ["broken"]
     assert nights.pass_rates("missing", KEY.target, nights=3) == []
 

@@ -10,7 +10,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
-from sqlalchemy import ColumnElement, case, func, select
+from sqlalchemy import ColumnElement, case, func, null, select
 from sqlalchemy.orm import Session
 
 from nightly_assets.results import NightKey, Outcome, TestCase
@@ -129,7 +129,6 @@ def pass_rates(
     first. With `below` (default 1.0: every test that did not pass every run) only tests
     whose rate is lower; `below=None` returns every test that ran. A test that passed every
     run is not listed unless `below` is None or above 1."""
-    t = TestCaseTable
     window = (
         select(SuiteTable.night)
         .where(SuiteTable.pipeline == pipeline, SuiteTable.target == target)
@@ -139,59 +138,74 @@ def pass_rates(
     )
     if until is not None:
         window = window.where(SuiteTable.night <= until)
-    in_window = [t.pipeline == pipeline, t.target == target]
-
     days = list(session.scalars(window))
     if not days:
         return []
-    # Counting through the test index, the window is a range (with an IN list of test keys
-    # as well MariaDB gave up ranges on an IN x IN product): the same rows, as every night
-    # with results between its ends is in it. Finding failures through the outcome index,
-    # it is the IN list: each night's failures are then one range.
-    in_range = [*in_window, t.night.between(days[-1], days[0])]
-    where = [*in_range, t.outcome.in_(RAN)]
-    count = select(t.suite, t.test_key, func.count(), func.sum(case((t.outcome == "passed", 1), else_=0)))
-    names: dict[TestId, list[str]] = {}
-    if below is None or below > 1:
-        tallies = session.execute(count.where(*where).group_by(t.suite, t.test_key)).all()
-        newest = NightKey(pipeline, days[0], target)  # most tests' names in one query
+    every = below is None or below > 1
+    t = TestCaseTable
+    in_window = [t.pipeline == pipeline, t.target == target]
+    candidates: dict[str, list[int | None]] = {}
+    if every:
+        suites = select(SuiteTable.suite).where(
+            SuiteTable.pipeline == pipeline, SuiteTable.target == target, SuiteTable.night.in_(days)
+        )
+        candidates = {suite: [] for suite in session.scalars(suites.distinct())}
+    else:  # only a test that failed can be below 1: those come from the outcome index alone
+        failing = select(t.suite, t.test_key).where(*in_window, t.night.in_(days), t.outcome.in_(FAILED))
+        for suite, key_ in session.execute(failing.group_by(t.suite, t.test_key).order_by(null())):
+            candidates.setdefault(suite, []).append(key_)
+    tallies = _tallies(session, [*in_window, t.night.between(days[-1], days[0])], candidates)
+    if below is not None:
+        tallies = {sk: tally for sk, tally in tallies.items() if tally[1] / tally[0] < below}
+    names: dict[TestId, str] = {}
+    if every:  # most tests' names by one range of the newest night, not one by one
+        newest = NightKey(pipeline, days[0], target)
         for suite, key_, classname, name in session.execute(
             select(t.suite, t.test_key, t.classname, t.name).where(*is_key(t, newest))
         ):
-            names.setdefault((suite, key_), [f"{classname}::{name}" if classname else name])
-    else:
-        # Only a test that failed can be below 1: those come through the outcome index
-        # (names included), then their runs are counted through the test index.
-        failing = session.execute(
-            select(t.suite, t.test_key, t.classname, t.name).where(
-                *in_window, t.night.in_(days), t.outcome.in_(FAILED)
-            )
-        )
-        for suite, key_, classname, name in failing:
-            node_id = f"{classname}::{name}" if classname else name
-            found = names.setdefault((suite, key_), [])
-            if node_id not in found:
-                found.append(node_id)
-        keys: dict[str, list[int | None]] = {}
-        for suite, key_ in names:
-            keys.setdefault(suite, []).append(key_)
-        tallies = []
-        for suite, suite_keys in keys.items():
-            for chunk in batches(iter(suite_keys), 500):
-                tallies += session.execute(
-                    count.where(*where, t.suite == suite, t.test_key.in_(chunk)).group_by(t.suite, t.test_key)
-                ).all()
-    rates = {(s, k): (int(runs), int(passed or 0)) for s, k, runs, passed in tallies}
-    if below is not None:
-        rates = {sk: rp for sk, rp in rates.items() if rp[1] / rp[0] < below}
-    missing = {sk for sk in rates if sk not in names}  # tests the newest night did not run
-    names.update(node_ids(session, NightKey(pipeline, days[0], target), days, missing, outcome=None))
+            names.setdefault((suite, key_), f"{classname}::{name}" if classname else name)
+    by_id = _names(session, [row_id for sk, (_, _, row_id) in tallies.items() if sk not in names])
     result = [
-        PassRate(suite, node_id, runs, passed)
-        for (suite, key_), (runs, passed) in rates.items()
-        for node_id in names.get((suite, key_), ())[:1]
+        PassRate(suite, names.get((suite, key_)) or by_id[row_id], runs, passed)
+        for (suite, key_), (runs, passed, row_id) in tallies.items()
     ]
     return sorted(result, key=lambda r: (r.rate, r.suite, r.test_id))
+
+
+def _tallies(
+    session: Session, in_range: list[ColumnElement[bool]], candidates: dict[str, list[int | None]]
+) -> dict[TestId, tuple[int, int, int]]:
+    """(runs, passed, one row's id) per test of `candidates` (suite: test keys, or [] for all
+    the suite's tests) over the rows of `in_range` (a range of nights: with an IN list of
+    test keys as well, MariaDB gave up ranges on an IN x IN product; the same rows, as every
+    night with results between its ends is in the window). Grouped by the BIGINT key within
+    one suite and unordered (MariaDB sorts a GROUP BY otherwise), the server aggregates in a
+    small temporary table through the test index alone, without sorting (suite, key) strings."""
+    t = TestCaseTable
+    tally = select(
+        t.test_key, func.count(), func.sum(case((t.outcome == "passed", 1), else_=0)), func.max(t.id)
+    ).where(*in_range, t.outcome.in_(RAN))
+    found: dict[TestId, tuple[int, int, int]] = {}
+    for suite, keys in candidates.items():
+        for chunk in batches(iter(keys), 500) if keys else iter([None]):
+            where = [t.suite == suite] + ([t.test_key.in_(chunk)] if chunk else [])
+            for key_, runs, passed, row_id in session.execute(
+                tally.where(*where).group_by(t.test_key).order_by(null())
+            ):
+                found[(suite, key_)] = (int(runs), int(passed or 0), int(row_id))
+    return found
+
+
+def _names(session: Session, row_ids: list[int]) -> dict[int, str]:
+    """Node ids of test case rows, by primary key (1,000 a query)."""
+    t = TestCaseTable
+    found: dict[int, str] = {}
+    for chunk in batches(iter(sorted(row_ids)), 1000):
+        for row_id, classname, name in session.execute(
+            select(t.id, t.classname, t.name).where(t.id.in_(chunk))
+        ):
+            found[row_id] = f"{classname}::{name}" if classname else name
+    return found
 
 
 def test_run(row: TestCaseTable) -> TestRun:
