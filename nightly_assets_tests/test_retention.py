@@ -4,17 +4,21 @@ pipeline's nights older than `retention_days`; the warehouse keeps their rows.""
 from __future__ import annotations
 
 import datetime as dt
+import secrets
+import shutil
 from pathlib import Path
 
 import dagster as dg
+import pytest
 
-from nightly_assets.artefacts.resources import ArtefactStoreResource
+from nightly_assets.artefacts.resources import ArtefactStoreResource, GcsArtefactStoreResource
 from nightly_assets.resources import resources_for
 from nightly_assets.results import NightKey, TestCase, TestReport
 from nightly_assets.stage_kinds.night_summary import _prune_artefacts
 from nightly_assets.warehouse import Warehouse
 from nightly_assets_tests.catalog_nights import CatalogNights
 from nightly_assets_tests.git_repo import commit_folder
+from nightly_assets_tests.peers.gcs import GcsEmulator
 
 
 def _stage_folder(artefacts: ArtefactStoreResource, key: NightKey, stage: str) -> Path:
@@ -46,6 +50,42 @@ def test_prune_deletes_the_night_folders_before_the_cutoff_but_kept_ones(tmp_pat
     assert (root / "p/2026-11-02/gpu/tests_unit/junit.xml").is_file()
     assert (root / "other/2026-11-01/cpu/tests_unit/junit.xml").is_file()  # another pipeline
     assert artefacts.prune("missing", dt.date(2026, 11, 3)) == []
+
+
+@pytest.mark.gcs
+def test_the_gcs_store_prunes_the_uploaded_reports_of_expired_nights(
+    tmp_path: Path, gcs: GcsEmulator
+) -> None:
+    """Found by listing the bucket: a night another host uploaded (no local folder here) goes
+    too; kept (running) nights, newer nights and another pipeline's reports stay."""
+    from dagster_gcp import GCSResource
+    from google.cloud import storage
+
+    artefacts = GcsArtefactStoreResource(
+        root=str(tmp_path / "artefacts"), gcs=GCSResource(project="nightly-test"), bucket=gcs.bucket
+    )
+    prefix = f"t{secrets.token_hex(3)}"  # the emulator's bucket is shared by the session's tests
+    artefacts = artefacts.model_copy(update={"prefix": prefix})
+    pipeline = "p"
+    nights = [(day, target) for day in (1, 2, 5) for target in ("cpu", "gpu")]
+    for day, target in [*nights, (1, "other")]:
+        key = NightKey(pipeline if target != "other" else "p2", dt.date(2026, 11, day), target)
+        folder = _stage_folder(artefacts, key, "tests_unit")
+        artefacts.publish(key, "tests_unit", [folder / "junit.xml", folder / "pytest.log"])
+    root = tmp_path / "artefacts"
+    shutil.rmtree(root / "p/2026-11-01/gpu")  # pruned here already; its reports came from elsewhere
+
+    removed = artefacts.prune(pipeline, dt.date(2026, 11, 3), keep={(dt.date(2026, 11, 2), "gpu")})
+    assert removed == [root / "p/2026-11-01/cpu", root / "p/2026-11-01/gpu", root / "p/2026-11-02/cpu"]
+    names = {
+        b.name for b in storage.Client(project="nightly-test").list_blobs(gcs.bucket, prefix=f"{prefix}/")
+    }
+    assert names == {
+        f"{prefix}/{night}/tests_unit/{file}"
+        for night in ("p/2026-11-02/gpu", "p/2026-11-05/cpu", "p/2026-11-05/gpu", "p2/2026-11-01/other")
+        for file in ("junit.xml", "pytest.log")
+    }
+    assert artefacts.prune(pipeline, dt.date(2026, 11, 3), keep={(dt.date(2026, 11, 2), "gpu")}) == []
 
 
 def test_the_summary_prunes_by_retention_days_keeps_running_nights_and_warehouse_rows(tmp_path: Path) -> None:

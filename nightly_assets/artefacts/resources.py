@@ -202,19 +202,31 @@ class GcsArtefactStoreResource(ArtefactStoreResource):
     def prune(
         self, pipeline: str, before: dt.date, *, keep: Collection[tuple[dt.date, str]] = ()
     ) -> list[Path]:
-        """The local folders as the local store prunes them, then their uploaded reports."""
-        removed = super().prune(pipeline, before, keep=keep)
-        if not removed:
-            return removed
+        """The local folders as the local store prunes them, then the uploaded reports of every
+        expired night x target the bucket holds: found by listing the bucket, not the local
+        folders, so what another host uploaded, or what a failed prune left, goes too."""
+        removed = set(super().prune(pipeline, before, keep=keep))
+        root = Path(self.root)
         try:
             bucket = self.gcs.get_client().bucket(self.bucket)
-            for folder in removed:
-                prefix = f"{self._object(folder)}/"
-                for blob in bucket.list_blobs(prefix=prefix):
-                    blob.delete()
-        except Exception as exc:  # google-cloud-storage raises many kinds; the files are gone
+            for night_prefix in _subfolders(bucket, f"{self._object(root / pipeline)}/"):
+                night_name = night_prefix.rstrip("/").rpartition("/")[2]
+                try:
+                    night = dt.date.fromisoformat(night_name)
+                except ValueError:  # not a night's folder: never ours to delete
+                    continue
+                if night >= before:
+                    continue
+                for target_prefix in _subfolders(bucket, night_prefix):
+                    target = target_prefix.rstrip("/").rpartition("/")[2]
+                    if (night, target) in keep:
+                        continue
+                    for blob in bucket.list_blobs(prefix=target_prefix):
+                        blob.delete()
+                    removed.add(root / pipeline / night_name / target)
+        except Exception as exc:  # google-cloud-storage raises many kinds; the next night tries again
             raise ArtefactError(f"cannot prune gs://{self.bucket}/: {type(exc).__name__}: {exc}") from exc
-        return removed
+        return sorted(removed)
 
     def folder_url(self, key: NightKey, stage: str) -> str:
         return f"{self.browse_url.rstrip('/')}/{self.bucket}/{quote(self._object(self._path(key, stage)))}/"
@@ -222,6 +234,14 @@ class GcsArtefactStoreResource(ArtefactStoreResource):
     def _object(self, path: Path) -> str:
         relative = path.resolve().relative_to(Path(self.root).resolve()).as_posix()
         return f"{self.prefix.strip('/')}/{relative}" if self.prefix.strip("/") else relative
+
+
+def _subfolders(bucket: Any, prefix: str) -> list[str]:
+    """The "folders" right under `prefix` (object name prefixes up to the next '/')."""
+    listing = bucket.list_blobs(prefix=prefix, delimiter="/")
+    for _ in listing:  # the prefixes fill in as the pages are read
+        pass
+    return sorted(listing.prefixes)
 
 
 def _content_type(path: Path) -> str:
