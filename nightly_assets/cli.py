@@ -20,6 +20,7 @@ from typing import Any
 import dagster as dg
 import pydantic
 
+from nightly_assets import history_cli
 from nightly_assets.artefacts.serve import serve_artefacts
 from nightly_assets.catalog.loader import CatalogError, catalog_dir, load_catalog
 from nightly_assets.catalog.models import Catalog, Pipeline
@@ -49,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     status = sub.add_parser("status", help="nights x targets x stages with state and test counts")
     status.add_argument("--pipeline", help="only this pipeline")
     status.add_argument("--json", action="store_true", help="machine-readable output")
+    history_cli.add_parser(sub)
     serve = sub.add_parser("serve", help="serve the artefact folders (logs, JUnit, summaries) over HTTP")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=3001)
@@ -66,8 +68,10 @@ def main(argv: list[str] | None = None) -> int:
             return serve_artefacts(nightly_home() / "artefacts", args.host, args.port)
         if args.command == "run":
             return _run(catalog, args.pipeline, args.night, args.target)
+        if args.command == "tests":
+            return _tests(catalog, args)
         return _status(catalog, args.pipeline, args.json)
-    except (CatalogError, UsageError, WarehouseError, SettingsError) as exc:
+    except (CatalogError, UsageError, WarehouseError, SettingsError, history_cli.TargetError) as exc:
         print(f"nightly: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -234,6 +238,23 @@ def _status(catalog: Catalog, only: str | None, as_json: bool) -> int:
         print()
     print("stage marks: + success, x failure, - skipped, ~ running, c cancelled")
     return 0
+
+
+def _tests(catalog: Catalog, args: argparse.Namespace) -> int:
+    pipeline = _pipeline(catalog, args.pipeline)
+    logging.getLogger(warehouse_store.__name__).setLevel(logging.ERROR)  # one line, as for status
+    with _resources(warehouse_retry_s=STATUS_RETRY_S) as resources:
+        return history_cli.run(resources.warehouse.store(), pipeline, args, _any_night)
+
+
+def _any_night(pipeline: Pipeline, text: str) -> dt.date:
+    """A --night to look up: any date the pipeline could have run (today's may be running)."""
+    try:
+        if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
+            raise ValueError(text)
+        return dt.date.fromisoformat(text)
+    except ValueError:
+        raise UsageError(f"--night {text!r}: expected a date as YYYY-MM-DD") from None
 
 
 def _status_rows(store: Any, pipelines: list[Pipeline]) -> list[dict[str, Any]]:

@@ -10,7 +10,7 @@ import dagster as dg
 import pytest
 
 from nightly_assets.cli import main
-from nightly_assets.results import NightKey
+from nightly_assets.results import NightKey, TestCase, TestReport
 from nightly_assets.warehouse.store import Warehouse
 from nightly_assets_tests.cli_nights import (
     processes_with,
@@ -156,6 +156,64 @@ def test_every_command_works_on_the_mysql_warehouse(dagster_home, monkeypatch, c
     assert (row["night"], row["status"], row["stages"]["tests_unit"]) == ("2026-11-07", "failure", "failure")
     assert row["failed_checks"][0]["check"] == "tests_passed"
     assert Warehouse(mysql_url).night(NightKey("demo", dt.date(2026, 11, 7), "cpu")) is not None
+    assert main(["tests", "rates", "demo", "--json"]) == 0
+    rates = {
+        (r["suite"], r["test_id"]): (r["passed"], r["runs"]) for r in json.loads(capsys.readouterr().out)
+    }
+    assert rates == {("tests_unit", "tests.test_reduce::test_mean"): (0, 1)}
+
+
+def test_tests_answers_the_history_questions_from_the_warehouse(dagster_home, nightly_home, capsys):
+    """Three nights of demo's unit suite written as a night writes them: `tests rates` lists the
+    tests that did not always pass, `tests new` tonight's new failures, `tests history` one test."""
+    store = Warehouse(f"sqlite:///{nightly_home}/warehouse.sqlite")
+    outcomes = {
+        3: {"test_mean": "passed", "test_sum": "passed", "test_max": "failed"},
+        4: {"test_mean": "passed", "test_sum": "failed", "test_max": "failed"},
+        5: {"test_mean": "failed", "test_sum": "passed", "test_max": "failed"},
+    }
+    for day, tests in outcomes.items():
+        key = NightKey("demo", dt.date(2026, 11, day), "cpu")
+        cases = tuple(
+            TestCase(
+                "tests.test_reduce",
+                name,
+                outcome,
+                0.1,
+                None if outcome == "passed" else f"{name}: assert 1 == 2",
+            )
+            for name, outcome in tests.items()
+        )
+        store.record_test_report(key, TestReport("tests_unit", cases))
+    store.dispose()
+
+    assert main(["tests", "rates", "demo", "--nights", "3"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "demo cpu: 3 tests below 100% over the last 3 nights with results"
+    assert [line.split()[:2] + line.split()[-1:] for line in lines[2:]] == [
+        ["0.0%", "0/3", "tests.test_reduce::test_max"],
+        ["66.7%", "2/3", "tests.test_reduce::test_mean"],
+        ["66.7%", "2/3", "tests.test_reduce::test_sum"],
+    ]
+    assert main(["tests", "rates", "demo", "--nights", "1", "--all", "--json"]) == 0
+    assert {r["test_id"]: r["rate"] for r in json.loads(capsys.readouterr().out)} == {
+        "tests.test_reduce::test_max": 0.0,
+        "tests.test_reduce::test_mean": 0.0,
+        "tests.test_reduce::test_sum": 1.0,
+    }
+    assert main(["tests", "new", "demo", "--night", "2026-11-05"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("demo/2026-11-05/cpu: newly failing (passed the previous night): 1\n")
+    assert "tests.test_reduce::test_mean  test_mean: assert 1 == 2" in out
+    assert main(["tests", "history", "demo", "tests_unit", "tests.test_reduce::test_sum", "--json"]) == 0
+    history = json.loads(capsys.readouterr().out)
+    assert [(r["night"], r["outcome"]) for r in history] == [
+        ("2026-11-05", "passed"),
+        ("2026-11-04", "failed"),
+        ("2026-11-03", "passed"),
+    ]
+    assert main(["tests", "rates", "demo", "--target", "gpu"]) == 2
+    assert capsys.readouterr().err == "nightly: pipeline 'demo': gpu: expected one of cpu\n"
 
 
 @pytest.mark.mysql

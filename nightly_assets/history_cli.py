@@ -1,0 +1,115 @@
+"""`nightly tests ...`: the warehouse's test history questions from a shell. Which tests pass
+less than always (`rates`), which failed tonight after passing the night before (`new`), and one
+test's record night by night (`history`); each prints a table, or JSON with `--json`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from nightly_assets.catalog.models import Pipeline
+from nightly_assets.results import NightKey
+from nightly_assets.warehouse.history import PassRate, TestRun
+
+
+class TargetError(ValueError):
+    """A target the pipeline does not have, or none named where the pipeline has several."""
+
+
+def add_parser(sub: Any) -> None:
+    tests = sub.add_parser("tests", help="test history: pass rates, newly failing tests, one test's record")
+    actions = tests.add_subparsers(dest="action", required=True)
+    rates = actions.add_parser("rates", help="per test, passed / runs over the last nights (lowest first)")
+    rates.add_argument("pipeline")
+    rates.add_argument("--target", help="default: the pipeline's only target")
+    rates.add_argument("--nights", type=_positive, default=30, help="nights with results (default 30)")
+    rates.add_argument("--below", type=float, default=1.0, help="only tests under this rate (default 1.0)")
+    rates.add_argument("--all", action="store_true", help="every test that ran, whatever its rate")
+    new = actions.add_parser("new", help="tests that failed on a night and passed the night before")
+    new.add_argument("pipeline")
+    new.add_argument("--night", required=True, help="YYYY-MM-DD")
+    new.add_argument("--target", help="default: the pipeline's only target")
+    history = actions.add_parser("history", help="one test on its newest nights, every target")
+    history.add_argument("pipeline")
+    history.add_argument("suite", help="the suite (stage) the test runs in, e.g. tests_unit")
+    history.add_argument(
+        "test_id", help="classname::name as in the summary, e.g. tests.test_reduce::test_mean"
+    )
+    history.add_argument("--limit", type=_positive, default=30)
+    for parser in (rates, new, history):
+        parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def run(store: Any, pipeline: Pipeline, args: argparse.Namespace, night: Any) -> int:
+    """Answer `args.action` from the warehouse `store`; `night` parses a --night value."""
+    if args.action == "rates":
+        target = _target(pipeline, args.target)
+        below = None if args.all else args.below
+        rates = store.pass_rates(pipeline.name, target, args.nights, below=below)
+        _print_rates(pipeline.name, target, args.nights, below, rates, args.json)
+    elif args.action == "new":
+        key = NightKey(pipeline.name, night(pipeline, args.night), _target(pipeline, args.target))
+        _print_runs(f"{key}: newly failing (passed the previous night)", store.newly_failing(key), args.json)
+    else:
+        runs = store.test_history(pipeline.name, args.suite, args.test_id, limit=args.limit)
+        _print_runs(f"{pipeline.name} {args.suite} {args.test_id}: newest first", runs, args.json)
+    return 0
+
+
+def _target(pipeline: Pipeline, name: str | None) -> str:
+    names = [t.name for t in pipeline.targets]
+    if name is None and len(names) == 1:
+        return names[0]
+    if name not in names:
+        expected = "one of" if name else "--target, one of"
+        raise TargetError(
+            f"pipeline '{pipeline.name}': {name or 'no target'}: expected {expected} {', '.join(names)}"
+        )
+    return name
+
+
+def _print_rates(
+    pipeline: str, target: str, nights: int, below: float | None, rates: list[PassRate], as_json: bool
+) -> None:
+    if as_json:
+        print(json.dumps([{**vars(r), "rate": round(r.rate, 4)} for r in rates], indent=2))
+        return
+    which = "tests" if below is None else f"tests below {below:.0%}"
+    print(f"{pipeline} {target}: {len(rates)} {which} over the last {nights} nights with results")
+    if rates:
+        print(f"  {'rate':>6}  {'passed/runs':<11}  {'suite':<20}  test")
+    for r in rates:
+        print(f"  {r.rate:6.1%}  {f'{r.passed}/{r.runs}':<11}  {r.suite:<20}  {r.test_id}")
+
+
+def _print_runs(title: str, runs: list[TestRun], as_json: bool) -> None:
+    rows = [
+        {
+            "night": r.night.isoformat(),
+            "target": r.target,
+            "suite": r.suite,
+            "test": r.test_id,
+            "outcome": r.case.outcome,
+            "duration_s": r.case.duration_s,
+            "message": r.case.message,
+        }
+        for r in runs
+    ]
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    print(f"{title}: {len(rows)}")
+    for row in rows:
+        first_line = str(row["message"] or "").strip().splitlines()[:1]
+        print(
+            f"  {row['night']}  {row['target']:<14}  {row['outcome']:<7}  {row['suite']:<20}  {row['test']}"
+            + (f"  {first_line[0][:120]}" if first_line else "")
+        )
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text}: expected a whole number of at least 1")
+    return value
