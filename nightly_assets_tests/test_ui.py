@@ -297,11 +297,7 @@ def test_a_backfill_from_the_dialog_and_a_re_execution_from_failure_are_followed
     failed = next(r for r in runs if r.tags["dagster/partition"] == f"{FAILED_NIGHTS[0]}|cpu")
     alerts_before = len(ui.alerts())
     open_page(page, ui, f"/runs/{failed.run_id}")
-    page.get_by_role("button", name="Re-execute all (*)").wait_for()
-    page.locator("button:right-of(:text('Re-execute all (*)'))").first.click()
-    page.get_by_role("menuitem", name="From failure").click()
-    # "Re-execution within backfill: ... will not update the backfill status": yes, that is the point.
-    page.get_by_role("dialog").get_by_role("button", name="Confirm").click()
+    _re_execute_from_failure(page)
     page.wait_for_url(lambda url: failed.run_id not in url)  # the new run's page
     rerun = wait_for(
         "the re-execution to end",
@@ -320,6 +316,27 @@ def test_a_backfill_from_the_dialog_and_a_re_execution_from_failure_are_followed
     stages = {s.stage: s for s in ui.store.stages(key)}
     assert stages["tests_unit"].run_id == rerun.run_id and stages["tests_unit"].status == "failure"
     assert stages["sources"].run_id == failed.run_id  # from failure: the pinned checkout is reused
+
+
+def _re_execute_from_failure(page: Any) -> None:
+    """The run page's re-execute menu, "From failure", then "Confirm" in the dialog that says
+    "Re-execution within backfill: ... will not update the backfill status" (yes, that is the
+    point). A click on the menu while the page still settles can be lost: then it is opened again."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    confirm = page.get_by_role("dialog").get_by_role("button", name="Confirm")
+    page.get_by_role("button", name="Re-execute all (*)").wait_for()
+    for _ in range(3):
+        page.locator("button:right-of(:text('Re-execute all (*)'))").first.click()
+        page.get_by_role("menuitem", name="From failure").click()
+        try:
+            confirm.wait_for(timeout=10_000)
+        except PlaywrightTimeout:
+            page.keyboard.press("Escape")  # the menu, if it stayed open
+            continue
+        confirm.click()
+        return
+    raise AssertionError("the re-execution dialog did not open after three tries")
 
 
 def finished(instance: dg.DagsterInstance, runs: dg.RunsFilter, count: int) -> list[dg.DagsterRun] | None:
