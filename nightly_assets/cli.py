@@ -30,6 +30,7 @@ from nightly_assets.reporting.summary import night_summary
 from nightly_assets.resources import resources_for
 from nightly_assets.results import NightKey
 from nightly_assets.settings import env_var_names, nightly_env, nightly_home
+from nightly_assets.warehouse import connection as warehouse_connection
 from nightly_assets.warehouse import store as warehouse_store
 from nightly_assets.warehouse.resources import WarehouseResource
 from nightly_assets.warehouse.store import WarehouseError
@@ -204,8 +205,10 @@ def _say(line: str) -> None:
 
 def _status(catalog: Catalog, only: str | None, as_json: bool) -> int:
     pipelines = [_pipeline(catalog, only)] if only else list(catalog.pipelines.values())
-    # Each warehouse retry is logged (a run shows them as it goes); here the error is one line.
-    logging.getLogger(warehouse_store.__name__).setLevel(logging.ERROR)
+    # Each warehouse retry and schema upgrade is logged (a run shows them as it goes); here the
+    # error is one line.
+    for module in (warehouse_store, warehouse_connection):
+        logging.getLogger(module.__name__).setLevel(logging.ERROR)
     with _resources(warehouse_retry_s=STATUS_RETRY_S) as resources:
         rows = _status_rows(resources.warehouse.store(), pipelines)
     if as_json:

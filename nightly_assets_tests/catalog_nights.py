@@ -15,7 +15,7 @@ from nightly_assets.definitions import build_definitions
 from nightly_assets.night import NightOutcome, run_night
 from nightly_assets.resources import resources_for
 from nightly_assets.results import NightKey
-from nightly_assets.warehouse.store import StageRow
+from nightly_assets.warehouse.rows import StageRow
 from nightly_assets_tests.catalog_files import copy_catalog, write_pipeline
 
 

@@ -22,7 +22,8 @@ from nightly_assets.reporting.alerts import alerts_for_run
 from nightly_assets.reporting.night_runs import NightInRun, RunRecord, read_run
 from nightly_assets.reporting.resources import Alert, NotifierResource
 from nightly_assets.results import NightKey
-from nightly_assets.warehouse.store import NightRow, Warehouse, utc_now
+from nightly_assets.warehouse.rows import NightRow
+from nightly_assets.warehouse.store import Warehouse, utc_now
 
 FOLLOWED_UP_TAG = "nightly/followed_up"
 RETRY = "retry"  # FOLLOWED_UP_TAG: the follow-up failed before its warehouse work was done

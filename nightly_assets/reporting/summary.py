@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from nightly_assets.artefacts.resources import ArtefactStoreResource
 from nightly_assets.catalog.models import Pipeline
 from nightly_assets.results import CheckOutcome, NightKey, TestCase
-from nightly_assets.warehouse.store import MachineCost, Warehouse
+from nightly_assets.warehouse.rows import MachineCost
+from nightly_assets.warehouse.store import Warehouse
 
 NAMED_FAILURES = 10  # failing tests named per suite
 # Worst first: the night's status is the worst that applies.

@@ -11,7 +11,7 @@ from nightly_assets.tpu import checks as tpu_checks
 from nightly_assets.tpu.nodes import TpuApiError
 from nightly_assets.tpu.resources import TpuVmResource, recently_ended_run_ids
 from nightly_assets.tpu.stage import TpuSuiteParams, run_suite_on_vm
-from nightly_assets.warehouse.store import MachineCost
+from nightly_assets.warehouse.rows import MachineCost
 
 
 class TpuVmBackend(RunnerBackend):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dagster as dg
 
-from nightly_assets.warehouse.store import MachineCost
+from nightly_assets.warehouse.rows import MachineCost
 
 COST_WITHIN_BUDGET = "cost_within_budget"
 VM_DELETED = "tpu_vm_deleted"

@@ -22,7 +22,7 @@ from nightly_assets.stage_kinds.test_suite import TestSuiteParams
 from nightly_assets.tpu.resources import TpuVmResource
 from nightly_assets.tpu.stage import TpuRunEnded, run_suite_on_vm
 from nightly_assets.warehouse.resources import WarehouseResource
-from nightly_assets.warehouse.store import MachineCost
+from nightly_assets.warehouse.rows import MachineCost
 
 PR_TAG = "nightly/pr"
 SHA_TAG = "nightly/head_sha"

@@ -23,7 +23,7 @@ from nightly_assets.testing.junit import parse_junit
 from nightly_assets.testing.resources import PYTEST_USABLE_EXIT_CODES, TestRunError
 from nightly_assets.tpu.models import TpuRunOutcome, TpuSuite, TpuTarget
 from nightly_assets.tpu.resources import TpuVmResource
-from nightly_assets.warehouse.store import MachineCost
+from nightly_assets.warehouse.rows import MachineCost
 
 REMOTE_SCRIPT = Path(__file__).with_name("remote_suite.py")
 _SKIP_DIRS = {".git", ".venv", "__pycache__", ".pytest_cache", "bazel-out"}

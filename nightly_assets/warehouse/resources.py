@@ -9,7 +9,8 @@ import dagster as dg
 from pydantic import Field, PrivateAttr
 
 from nightly_assets.settings import Seconds
-from nightly_assets.warehouse.store import RETRY_S, Warehouse, safe_url
+from nightly_assets.warehouse.connection import safe_url
+from nightly_assets.warehouse.store import RETRY_S, Warehouse
 
 URL_ENV = "NIGHTLY_WAREHOUSE_URL"
 

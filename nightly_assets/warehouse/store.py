@@ -1,8 +1,11 @@
-"""The results warehouse: the only code that knows the schema in ``tables.py``.
+"""The results warehouse: the ``Warehouse`` class, the only code that reads and writes the tables
+of ``tables.py``. Its reads return the values of ``rows.py`` and ``history.py``; opening the
+database, the schema upgrade at start and which errors are transient are in ``connection.py``.
 
 Every write replaces the rows of one key (a night, a stage, a suite, a night's benchmarks) in one
 transaction: delete, then insert. A re-run or backfill therefore never duplicates rows, and a
-failed write leaves the previous rows. Works on SQLite and on MySQL/MariaDB (PyMySQL).
+failed write leaves the previous rows. Every read and write retries transient errors. Works on
+SQLite and on MySQL/MariaDB (PyMySQL).
 
 Test cases are written with Core ``insert()`` executemany in batches (PyMySQL sends each batch as
 multi-row INSERTs), not through the ORM, whose bulk insert splits a suite wherever a row's NULL
@@ -16,37 +19,32 @@ import datetime as dt
 import itertools
 import json
 import logging
-import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TypeVar, cast
 
-from sqlalchemy import (
-    ColumnElement,
-    Table,
-    case,
-    create_engine,
-    delete,
-    event,
-    func,
-    insert,
-    inspect,
-    select,
-    text,
-    update,
-)
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, DisconnectionError, IntegrityError, SQLAlchemyError
+from sqlalchemy import ColumnElement, Table, delete, func, insert, select, update
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from nightly_assets.results import BenchmarkResult, CheckOutcome, NightKey, Outcome, TestCase, TestReport
-from nightly_assets.warehouse import history
+from nightly_assets.warehouse import connection, history
 from nightly_assets.warehouse.history import PassRate, TestRun, batches, is_key
+from nightly_assets.warehouse.rows import (
+    COST_COLUMNS,
+    COUNT_COLUMNS,
+    MachineCost,
+    NightOverview,
+    NightRow,
+    StageRow,
+    check_outcome,
+    machine_cost,
+    night_row,
+    stage_row,
+    suite_counts,
+)
 from nightly_assets.warehouse.tables import (
     ALL_TABLES,
-    Base,
     BenchmarkTable,
     CheckTable,
     CostTable,
@@ -61,9 +59,6 @@ from nightly_assets.warehouse.tables import (
 T = TypeVar("T")
 _log = logging.getLogger(__name__)
 
-# MySQL/MariaDB errors that a retry can outlive: lock wait timeout, deadlock, server shutting
-# down, can't connect, server gone away, lost connection, connection killed, disconnected.
-_TRANSIENT_MYSQL_CODES = frozenset({1205, 1213, 1053, 2003, 2006, 2013, 2055, 1927, 4031})
 WRITE_BATCH = 5_000  # test-case rows per executemany: bounds the memory a 30,000-case suite takes
 RETRY_S = 60.0  # how long a read or write keeps retrying a transient error (a database restart)
 _BACKOFF_S = (0.25, 0.5, 1.0, 2.0, 4.0)  # then 5 s between attempts
@@ -73,77 +68,9 @@ class WarehouseError(RuntimeError):
     """The warehouse could not be reached or written; names the URL without its password."""
 
 
-@dataclass(frozen=True)
-class StageRow:
-    pipeline: str
-    night: dt.date
-    target: str
-    stage: str
-    status: str
-    runner: str
-    duration_s: float
-    run_id: str
-    artefact: str | None
-    detail: str | None
-
-
-@dataclass(frozen=True)
-class MachineCost:
-    """What one stage's rented machine cost: lifetime x hourly price, and how its life ended."""
-
-    stage: str
-    machine: str
-    machine_type: str
-    lifetime_s: float
-    hourly_usd: float
-    cost_usd: float
-    ended: str  # "completed", or why it ended early (preempted, timeout, ...)
-
-
-@dataclass(frozen=True)
-class NightRow:
-    pipeline: str
-    night: dt.date
-    target: str
-    run_id: str
-    status: str
-    pins: dict[str, str]
-    updated_at: dt.datetime | None = None  # naive UTC
-
-    @property
-    def key(self) -> NightKey:
-        return NightKey(self.pipeline, self.night, self.target)
-
-
-@dataclass(frozen=True)
-class NightOverview:
-    """A night with its stages, suite counts and checks, as `nightly status` shows it."""
-
-    night: NightRow
-    stages: dict[str, str]  # stage -> status
-    suites: dict[str, dict[str, int]]  # suite -> counts, as `suite_counts`
-    checks: list[CheckOutcome]
-
-
 def utc_now() -> dt.datetime:
     """Now in UTC without tzinfo, as the tables store times (MySQL DATETIME has no zone)."""
     return dt.datetime.now(dt.UTC).replace(tzinfo=None)
-
-
-def safe_url(url: str) -> str:
-    """The URL with its password replaced by ``***``, also when SQLAlchemy cannot parse it."""
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except (ArgumentError, ValueError):
-        return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
-
-
-def _password(url: str) -> str | None:
-    try:
-        return make_url(url).password
-    except (ArgumentError, ValueError):
-        match = re.search(r"://[^:/@]*:([^@]*)@", url)
-        return match.group(1) if match else None
 
 
 class Warehouse:
@@ -152,16 +79,14 @@ class Warehouse:
     night delays its stages instead of failing them."""
 
     def __init__(self, url: str, *, retry_s: float = RETRY_S) -> None:
-        self._url = safe_url(url)
-        self._secret = _password(url)
+        self._url = connection.safe_url(url)
+        self._secret = connection.password(url)
         self._retry_s = retry_s
         try:
-            self._engine = create_engine(url, pool_pre_ping=True, **_engine_options(url))
-            if self._engine.dialect.name == "sqlite":
-                event.listen(self._engine, "connect", _sqlite_on_connect)
+            self._engine = connection.open_engine(url)
         except (SQLAlchemyError, ImportError, OSError, ValueError) as exc:
             raise self._error("cannot open", exc) from exc
-        self._retrying("cannot open", self._ensure_schema)
+        self._retrying("cannot open", lambda: connection.ensure_schema(self._engine, self._url))
         self._sessions = sessionmaker(self._engine)
 
     def __repr__(self) -> str:
@@ -301,7 +226,7 @@ class Warehouse:
             **_key(key),
             "suite": report.suite,
             "runner": report.runner,
-            **{name: counts[name] for name in _COUNT_COLUMNS},
+            **{name: counts[name] for name in COUNT_COLUMNS},
             "duration_s": report.duration_s,
             "collect_only": report.collect_only,
         }
@@ -333,7 +258,7 @@ class Warehouse:
 
     def record_cost(self, key: NightKey, cost: MachineCost) -> None:
         """Replace the cost row of (key, cost.stage)."""
-        row = {**_key(key), **{name: getattr(cost, name) for name in _COST_COLUMNS}}
+        row = {**_key(key), **{name: getattr(cost, name) for name in COST_COLUMNS}}
         self._replace(CostTable, [*is_key(CostTable, key), CostTable.stage == cost.stage], [row])
 
     # -- reads ----------------------------------------------------------------------------
@@ -342,26 +267,12 @@ class Warehouse:
         """The stages of a night in the order they were (last) recorded."""
         query = select(StageTable).where(*is_key(StageTable, key)).order_by(StageTable.id)
         rows = self._read(lambda s: s.scalars(query).all())
-        return [
-            StageRow(
-                pipeline=r.pipeline,
-                night=r.night,
-                target=r.target,
-                stage=r.stage,
-                status=r.status,
-                runner=r.runner,
-                duration_s=r.duration_s,
-                run_id=r.run_id,
-                artefact=r.artefact,
-                detail=r.detail,
-            )
-            for r in rows
-        ]
+        return [stage_row(r) for r in rows]
 
     def suite_counts(self, key: NightKey) -> dict[str, dict[str, int]]:
         query = select(SuiteTable).where(*is_key(SuiteTable, key)).order_by(SuiteTable.suite)
         rows = self._read(lambda s: s.scalars(query).all())
-        return {r.suite: {name: getattr(r, name) for name in _COUNT_COLUMNS} for r in rows}
+        return {r.suite: suite_counts(r) for r in rows}
 
     def failed_cases(self, key: NightKey, suite: str) -> list[TestCase]:
         """Failed and errored cases of one suite, in report order."""
@@ -426,15 +337,13 @@ class Warehouse:
         """The night's check outcomes, by stage and check name."""
         query = select(CheckTable).where(*is_key(CheckTable, key)).order_by(CheckTable.stage, CheckTable.name)
         rows = self._read(lambda s: s.scalars(query).all())
-        return [
-            CheckOutcome(r.stage, r.name, cast(Any, r.severity), r.passed, r.description or "") for r in rows
-        ]
+        return [check_outcome(r) for r in rows]
 
     def costs(self, key: NightKey) -> list[MachineCost]:
         """The night's machine costs, by stage."""
         query = select(CostTable).where(*is_key(CostTable, key)).order_by(CostTable.stage)
         rows = self._read(lambda s: s.scalars(query).all())
-        return [MachineCost(**{name: getattr(r, name) for name in _COST_COLUMNS}) for r in rows]
+        return [machine_cost(r) for r in rows]
 
     def nights(self, pipeline: str | None = None, *, status: str | None = None) -> list[NightRow]:
         """All recorded nights (of one pipeline, in one status), by pipeline, night, target."""
@@ -445,13 +354,13 @@ class Warehouse:
         if status is not None:
             query = query.where(t.status == status)
         rows = self._read(lambda s: s.scalars(query).all())
-        return [_night_row(r) for r in rows]
+        return [night_row(r) for r in rows]
 
     def night(self, key: NightKey) -> NightRow | None:
         """The key's night, or None if no run of it has recorded one."""
         query = select(NightTable).where(*is_key(NightTable, key))
         row = self._read(lambda s: s.scalars(query).one_or_none())
-        return None if row is None else _night_row(row)
+        return None if row is None else night_row(row)
 
     def night_overviews(self, pipelines: Sequence[str]) -> list[NightOverview]:
         """Every night of `pipelines` with its stages, suite counts and checks, newest night first
@@ -482,19 +391,17 @@ class Warehouse:
                 .order_by(CheckTable.stage, CheckTable.name)
             ).all()
             by_key: dict[tuple[str, dt.date, str], NightOverview] = {
-                (n.pipeline, n.night, n.target): NightOverview(_night_row(n), {}, {}, []) for n in nights
+                (n.pipeline, n.night, n.target): NightOverview(night_row(n), {}, {}, []) for n in nights
             }
             for st in stages:
                 if (found := by_key.get((st.pipeline, st.night, st.target))) is not None:
                     found.stages[st.stage] = st.status
             for su in suites:
                 if (found := by_key.get((su.pipeline, su.night, su.target))) is not None:
-                    found.suites[su.suite] = {name: getattr(su, name) for name in _COUNT_COLUMNS}
+                    found.suites[su.suite] = suite_counts(su)
             for c in checks:
                 if (found := by_key.get((c.pipeline, c.night, c.target))) is not None:
-                    found.checks.append(
-                        CheckOutcome(c.stage, c.name, cast(Any, c.severity), c.passed, c.description or "")
-                    )
+                    found.checks.append(check_outcome(c))
             order = {name: i for i, name in enumerate(names)}
             return sorted(
                 by_key.values(),
@@ -545,47 +452,6 @@ class Warehouse:
         return self._read(count)
 
     # -- plumbing -------------------------------------------------------------------------
-
-    def _ensure_schema(self) -> None:
-        """Create what is missing, idempotently and safe against another process doing the
-        same: tables (with their indexes), then columns and indexes that a newer version added
-        to an existing table. `test_cases.test_key` is filled in for older rows before its
-        indexes are created, so a start that dies half-way is completed by the next one."""
-        Base.metadata.create_all(self._engine)
-        with self._engine.connect() as connection:
-            have = {c["name"] for c in inspect(connection).get_columns(TestCaseTable.__tablename__)}
-        if "test_key" not in have:
-            _ddl(self._engine, "ALTER TABLE test_cases ADD COLUMN test_key BIGINT")
-        for table in Base.metadata.sorted_tables:
-            with self._engine.connect() as connection:
-                indexes = {i["name"] for i in inspect(connection).get_indexes(table.name)}
-            missing = [index for index in table.indexes if index.name not in indexes]
-            if missing and table.name == TestCaseTable.__tablename__:
-                self._fill_test_keys()
-            for index in missing:
-                _log.warning("warehouse %s: creating index %s", self._url, index.name)
-                with self._engine.connect() as connection:
-                    try:
-                        index.create(connection)
-                        connection.commit()
-                    except SQLAlchemyError as exc:  # another process created it first
-                        if not _exists_error(exc):
-                            raise
-
-    def _fill_test_keys(self) -> None:
-        """Compute `test_key` for rows written before the column existed (one UPDATE)."""
-        node_id = case(
-            (TestCaseTable.classname == "", TestCaseTable.name),
-            else_=TestCaseTable.classname + "::" + TestCaseTable.name,
-        )
-        if self._engine.dialect.name == "sqlite":
-            value: Any = func.nightly_test_key(node_id)
-        else:
-            value = func.conv(func.left(func.md5(node_id), 15), 16, 10)
-        with self._engine.begin() as connection:
-            connection.execute(
-                update(TestCaseTable).where(TestCaseTable.test_key.is_(None)).values(test_key=value)
-            )
 
     def _replace(
         self,
@@ -639,7 +505,7 @@ class Warehouse:
                 return fn()
             except SQLAlchemyError as exc:
                 pause = _BACKOFF_S[attempt] if attempt < len(_BACKOFF_S) else 5.0
-                if not _is_transient(exc) or time.monotonic() + pause > deadline:
+                if not connection.is_transient(exc) or time.monotonic() + pause > deadline:
                     raise self._error(what, exc) from exc
                 _log.warning("warehouse %s: %s; retrying in %.2g s", self._url, self._cause(exc), pause)
                 time.sleep(pause)
@@ -656,40 +522,8 @@ class Warehouse:
         return cause.replace(self._secret, "***") if self._secret else cause
 
 
-_COUNT_COLUMNS = ("total", "passed", "failed", "error", "skipped", "collected")
-_COST_COLUMNS = tuple(MachineCost.__dataclass_fields__)
-
-
 def _key(key: NightKey) -> dict[str, Any]:
     return {"pipeline": key.pipeline, "night": key.night, "target": key.target}
-
-
-def _is_transient(exc: SQLAlchemyError) -> bool:
-    if isinstance(exc, DisconnectionError):
-        return True
-    if not isinstance(exc, DBAPIError):
-        return False
-    if exc.connection_invalidated:
-        return True
-    args: tuple[Any, ...] = getattr(exc.orig, "args", ())
-    if args and args[0] in _TRANSIENT_MYSQL_CODES:
-        return True
-    return "database is locked" in str(exc.orig)  # SQLite: another writer past the busy timeout
-
-
-def _engine_options(url: str) -> dict[str, Any]:
-    parsed = make_url(url)
-    backend = parsed.get_backend_name()
-    if backend == "sqlite":
-        database = parsed.database or ""
-        if database and database != ":memory:" and not database.startswith("file:"):
-            Path(database).parent.mkdir(parents=True, exist_ok=True)
-        # Several run workers may write one file: wait for the lock instead of failing at once.
-        return {"connect_args": {"timeout": 60}}
-    if backend in ("mysql", "mariadb"):
-        # No gap locks: concurrent delete+insert of different keys cannot deadlock each other.
-        return {"isolation_level": "READ COMMITTED", "pool_recycle": 3600}
-    return {}
 
 
 def case_rows(key: NightKey, suite: str, cases: Iterable[TestCase]) -> Iterator[dict[str, Any]]:
@@ -707,39 +541,3 @@ def case_rows(key: NightKey, suite: str, cases: Iterable[TestCase]) -> Iterator[
             "attempts": c.attempts,
             "test_key": node_key(c.node_id),
         }
-
-
-def _ddl(engine: Any, statement: str) -> None:
-    with engine.connect() as connection:
-        try:
-            connection.execute(text(statement))
-            connection.commit()
-        except SQLAlchemyError as exc:  # another process ran it first
-            if not _exists_error(exc):
-                raise
-
-
-def _exists_error(exc: SQLAlchemyError) -> bool:
-    """MySQL's duplicate column (1060) or key name (1061), SQLite's 'duplicate column' or
-    'already exists'."""
-    args: tuple[Any, ...] = getattr(getattr(exc, "orig", None), "args", ())
-    if args and args[0] in (1060, 1061):
-        return True
-    message = str(getattr(exc, "orig", exc)).lower()
-    return "already exists" in message or "duplicate column" in message
-
-
-def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:
-    # node_key() in SQL, for filling in the rows of an older warehouse.
-    dbapi_connection.create_function("nightly_test_key", 1, node_key, deterministic=True)
-    cursor = dbapi_connection.cursor()
-    try:
-        cursor.execute("PRAGMA journal_mode=WAL")  # readers do not block the writer
-    finally:
-        cursor.close()
-
-
-def _night_row(row: NightTable) -> NightRow:
-    return NightRow(
-        row.pipeline, row.night, row.target, row.run_id, row.status, json.loads(row.pins), row.updated_at
-    )

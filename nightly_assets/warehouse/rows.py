@@ -1,0 +1,102 @@
+"""The values the warehouse's reads return: a night, its stages, its machine costs, and a night's
+overview for `nightly status` (test runs and pass rates are in ``history.py``). Plain frozen
+dataclasses, and the functions that turn a row of ``tables.py`` into one."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass
+from typing import Any, cast
+
+from nightly_assets.results import CheckOutcome, NightKey
+from nightly_assets.warehouse.tables import CheckTable, CostTable, NightTable, StageTable, SuiteTable
+
+
+@dataclass(frozen=True)
+class StageRow:
+    pipeline: str
+    night: dt.date
+    target: str
+    stage: str
+    status: str
+    runner: str
+    duration_s: float
+    run_id: str
+    artefact: str | None
+    detail: str | None
+
+
+@dataclass(frozen=True)
+class MachineCost:
+    """What one stage's rented machine cost: lifetime x hourly price, and how its life ended."""
+
+    stage: str
+    machine: str
+    machine_type: str
+    lifetime_s: float
+    hourly_usd: float
+    cost_usd: float
+    ended: str  # "completed", or why it ended early (preempted, timeout, ...)
+
+
+@dataclass(frozen=True)
+class NightRow:
+    pipeline: str
+    night: dt.date
+    target: str
+    run_id: str
+    status: str
+    pins: dict[str, str]
+    updated_at: dt.datetime | None = None  # naive UTC
+
+    @property
+    def key(self) -> NightKey:
+        return NightKey(self.pipeline, self.night, self.target)
+
+
+@dataclass(frozen=True)
+class NightOverview:
+    """A night with its stages, suite counts and checks, as `nightly status` shows it."""
+
+    night: NightRow
+    stages: dict[str, str]  # stage -> status
+    suites: dict[str, dict[str, int]]  # suite -> counts, as `suite_counts`
+    checks: list[CheckOutcome]
+
+
+COUNT_COLUMNS = ("total", "passed", "failed", "error", "skipped", "collected")  # of a suite row
+COST_COLUMNS = tuple(MachineCost.__dataclass_fields__)  # the cost row's columns, but the key
+
+
+def night_row(row: NightTable) -> NightRow:
+    return NightRow(
+        row.pipeline, row.night, row.target, row.run_id, row.status, json.loads(row.pins), row.updated_at
+    )
+
+
+def stage_row(row: StageTable) -> StageRow:
+    return StageRow(
+        pipeline=row.pipeline,
+        night=row.night,
+        target=row.target,
+        stage=row.stage,
+        status=row.status,
+        runner=row.runner,
+        duration_s=row.duration_s,
+        run_id=row.run_id,
+        artefact=row.artefact,
+        detail=row.detail,
+    )
+
+
+def suite_counts(row: SuiteTable) -> dict[str, int]:
+    return {name: getattr(row, name) for name in COUNT_COLUMNS}
+
+
+def check_outcome(row: CheckTable) -> CheckOutcome:
+    return CheckOutcome(row.stage, row.name, cast(Any, row.severity), row.passed, row.description or "")
+
+
+def machine_cost(row: CostTable) -> MachineCost:
+    return MachineCost(**{name: getattr(row, name) for name in COST_COLUMNS})
