@@ -205,10 +205,7 @@ def _say(line: str) -> None:
 
 def _status(catalog: Catalog, only: str | None, as_json: bool) -> int:
     pipelines = [_pipeline(catalog, only)] if only else list(catalog.pipelines.values())
-    # Each warehouse retry and schema upgrade is logged (a run shows them as it goes); here the
-    # error is one line.
-    for module in (warehouse_store, warehouse_connection):
-        logging.getLogger(module.__name__).setLevel(logging.ERROR)
+    _quiet_warehouse_logs()
     with _resources(warehouse_retry_s=STATUS_RETRY_S) as resources:
         rows = _status_rows(resources.warehouse.store(), pipelines)
     if as_json:
@@ -243,9 +240,16 @@ def _status(catalog: Catalog, only: str | None, as_json: bool) -> int:
     return 0
 
 
+def _quiet_warehouse_logs() -> None:
+    """Each warehouse retry and schema upgrade is logged (a run shows them as it goes); for a
+    person waiting on a query the error is one line."""
+    for module in (warehouse_store, warehouse_connection):
+        logging.getLogger(module.__name__).setLevel(logging.ERROR)
+
+
 def _tests(catalog: Catalog, args: argparse.Namespace) -> int:
     pipeline = _pipeline(catalog, args.pipeline)
-    logging.getLogger(warehouse_store.__name__).setLevel(logging.ERROR)  # one line, as for status
+    _quiet_warehouse_logs()
     with _resources(warehouse_retry_s=STATUS_RETRY_S) as resources:
         return history_cli.run(resources.warehouse.store(), pipeline, args, _any_night)
 
