@@ -255,7 +255,7 @@ def _tests(catalog: Catalog, args: argparse.Namespace) -> int:
 
 
 def _any_night(pipeline: Pipeline, text: str) -> dt.date:
-    """A --night to look up: any date the pipeline could have run (today's may be running)."""
+    """A --night as a date, any date: one to look up may still be running."""
     try:
         if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
             raise ValueError(text)
@@ -305,12 +305,8 @@ def _pipeline(catalog: Catalog, name: str) -> Pipeline:
 
 
 def _night(pipeline: Pipeline, text: str) -> dt.date:
-    try:
-        if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
-            raise ValueError(text)
-        night = dt.date.fromisoformat(text)
-    except ValueError:
-        raise UsageError(f"--night {text!r}: expected a date as YYYY-MM-DD") from None
+    """A --night to run: one of the pipeline's nights that has ended."""
+    night = _any_night(pipeline, text)
     today = dt.datetime.now(dt.UTC).date()
     if not pipeline.start_date <= night < today:
         raise UsageError(

@@ -5,12 +5,15 @@ test's record night by night (`history`); each prints a table, or JSON with `--j
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
+from collections.abc import Callable
 from typing import Any
 
 from nightly_assets.catalog.models import Pipeline
 from nightly_assets.results import NightKey
 from nightly_assets.warehouse.history import PassRate, TestRun
+from nightly_assets.warehouse.store import Warehouse
 
 
 class TargetError(ValueError):
@@ -41,7 +44,9 @@ def add_parser(sub: Any) -> None:
         parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
-def run(store: Any, pipeline: Pipeline, args: argparse.Namespace, night: Any) -> int:
+def run(
+    store: Warehouse, pipeline: Pipeline, args: argparse.Namespace, night: Callable[[Pipeline, str], dt.date]
+) -> int:
     """Answer `args.action` from the warehouse `store`; `night` parses a --night value."""
     if args.action == "rates":
         target = _target(pipeline, args.target)
