@@ -151,6 +151,15 @@ def test_an_unreachable_bucket_keeps_the_night_and_says_so(nightly_home, tmp_pat
     assert (
         warnings and "cannot upload" in warnings[0] and "gs://nightly-artefacts/nightly/demo" in warnings[0]
     )
+    # Retention lists the bucket too (in the follow-up summary run): that fails within the same
+    # deadline, logged, and the summary stands.
+    retention = [
+        r.user_message
+        for run in instance.get_runs()
+        for r in instance.all_logs(run.run_id)
+        if "retention:" in r.user_message
+    ]
+    assert retention and "cannot prune gs://nightly-artefacts/" in retention[0]
     store = resources_for("local", nightly_home)["warehouse"].store()
     stages = {s.stage: s.status for s in store.stages(FAILED_NIGHT)}
     assert stages["tests_integration"] == "success" and stages["tests_unit"] == "failure"

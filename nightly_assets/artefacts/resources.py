@@ -173,7 +173,9 @@ class GcsArtefactStoreResource(ArtefactStoreResource):
         default="https://console.cloud.google.com/storage/browser",
         description="Where a stage's folder is listed: `{browse_url}/{bucket}/{prefix}/...`.",
     )
-    upload_deadline_s: Seconds = Field(default="120", description="Retries of one upload stop after this.")
+    upload_deadline_s: Seconds = Field(
+        default="120", description="Retries of one upload (or one request of a prune) stop after this."
+    )
 
     def publish(self, key: NightKey, stage: str, files: Iterable[Path]) -> dict[str, str]:
         try:
@@ -207,9 +209,11 @@ class GcsArtefactStoreResource(ArtefactStoreResource):
         folders, so what another host uploaded, or what a failed prune left, goes too."""
         removed = set(super().prune(pipeline, before, keep=keep))
         root = Path(self.root)
+        deadline = float(self.upload_deadline_s)  # a bucket that is down must not hold up the summary
+        calls = {"timeout": min(60.0, deadline), "retry": DEFAULT_RETRY.with_deadline(deadline)}
         try:
             bucket = self.gcs.get_client().bucket(self.bucket)
-            for night_prefix in _subfolders(bucket, f"{self._object(root / pipeline)}/"):
+            for night_prefix in _subfolders(bucket, f"{self._object(root / pipeline)}/", calls):
                 night_name = night_prefix.rstrip("/").rpartition("/")[2]
                 try:
                     night = dt.date.fromisoformat(night_name)
@@ -217,12 +221,12 @@ class GcsArtefactStoreResource(ArtefactStoreResource):
                     continue
                 if night >= before:
                     continue
-                for target_prefix in _subfolders(bucket, night_prefix):
+                for target_prefix in _subfolders(bucket, night_prefix, calls):
                     target = target_prefix.rstrip("/").rpartition("/")[2]
                     if (night, target) in keep:
                         continue
-                    for blob in bucket.list_blobs(prefix=target_prefix):
-                        blob.delete()
+                    for blob in bucket.list_blobs(prefix=target_prefix, **calls):
+                        blob.delete(**calls)
                     removed.add(root / pipeline / night_name / target)
         except Exception as exc:  # google-cloud-storage raises many kinds; the next night tries again
             raise ArtefactError(f"cannot prune gs://{self.bucket}/: {type(exc).__name__}: {exc}") from exc
@@ -236,9 +240,9 @@ class GcsArtefactStoreResource(ArtefactStoreResource):
         return f"{self.prefix.strip('/')}/{relative}" if self.prefix.strip("/") else relative
 
 
-def _subfolders(bucket: Any, prefix: str) -> list[str]:
+def _subfolders(bucket: Any, prefix: str, calls: dict[str, Any]) -> list[str]:
     """The "folders" right under `prefix` (object name prefixes up to the next '/')."""
-    listing = bucket.list_blobs(prefix=prefix, delimiter="/")
+    listing = bucket.list_blobs(prefix=prefix, delimiter="/", **calls)
     for _ in listing:  # the prefixes fill in as the pages are read
         pass
     return sorted(listing.prefixes)
