@@ -80,8 +80,9 @@ def _print_rates(
     if as_json:
         print(json.dumps([{**vars(r), "rate": round(r.rate, 4)} for r in rates], indent=2))
         return
-    which = "tests" if below is None else f"tests below {below:.0%}"
-    print(f"{pipeline} {target}: {len(rates)} {which} over the last {nights} nights with results")
+    which = ("test" if len(rates) == 1 else "tests") + ("" if below is None else f" below {below:.0%}")
+    window = "the last night" if nights == 1 else f"the last {nights} nights"
+    print(f"{pipeline} {target}: {len(rates)} {which} over {window} with results")
     if rates:
         print(f"  {'rate':>6}  {'passed/runs':<11}  {'suite':<20}  test")
     for r in rates:

@@ -195,6 +195,8 @@ def test_tests_answers_the_history_questions_from_the_warehouse(dagster_home, ni
         ["66.7%", "2/3", "tests.test_reduce::test_mean"],
         ["66.7%", "2/3", "tests.test_reduce::test_sum"],
     ]
+    assert main(["tests", "rates", "demo", "--nights", "1", "--below", "0.5"]) == 0
+    assert capsys.readouterr().out.startswith("demo cpu: 2 tests below 50% over the last night ")
     assert main(["tests", "rates", "demo", "--nights", "1", "--all", "--json"]) == 0
     assert {r["test_id"]: r["rate"] for r in json.loads(capsys.readouterr().out)} == {
         "tests.test_reduce::test_max": 0.0,
