@@ -22,6 +22,11 @@ class NightKey:
         return f"{self.pipeline}/{self.night.isoformat()}/{self.target}"
 
 
+def node_id_of(classname: str, name: str) -> str:
+    """A test's id as reports and the warehouse name it: `classname::name`, or the name alone."""
+    return f"{classname}::{name}" if classname else name
+
+
 @dataclass(frozen=True, slots=True)  # slots: a report may hold millions of them
 class TestCase:
     """One test case as a JUnit report records it."""
@@ -37,7 +42,7 @@ class TestCase:
 
     @property
     def node_id(self) -> str:
-        return f"{self.classname}::{self.name}" if self.classname else self.name
+        return node_id_of(self.classname, self.name)
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ from defusedxml.common import (
     ExternalReferenceForbidden,
 )
 
-from nightly_assets.results import Outcome, TestCase, TestReport
+from nightly_assets.results import Outcome, TestCase, TestReport, node_id_of
 
 if TYPE_CHECKING:
     # Only the type: parsing untrusted files always goes through defusedxml.
@@ -190,7 +190,7 @@ class JUnitStream:
                         suite_names.append(name)
                         names_open[name] += 1
                         qualifiers.append(
-                            _cap(_join(qualifiers[-1], name), MAX_NAME_CHARS) if name else qualifiers[-1]
+                            _cap(node_id_of(qualifiers[-1], name), MAX_NAME_CHARS) if name else qualifiers[-1]
                         )
                     elif in_container and tag == _CASE_TAG:
                         case_depth = len(open_elements)
@@ -284,7 +284,7 @@ class JUnitStream:
         raw_time = element.get("time")
         seconds = 0.0
         if raw_time is not None:
-            seconds = self._seconds(raw_time, f"<testcase> {_join(classname, name)!r}")
+            seconds = self._seconds(raw_time, f"<testcase> {node_id_of(classname, name)!r}")
         self._case_seconds += seconds
         return TestCase(
             classname=classname,
@@ -432,10 +432,6 @@ def _parse_file(
         duration_s=duration,
         source_files=(str(path),),
     )
-
-
-def _join(qualifier: str, name: str) -> str:
-    return f"{qualifier}::{name}" if qualifier else name
 
 
 def _cap(text: str, limit: int) -> str:

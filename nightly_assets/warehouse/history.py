@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 from sqlalchemy import ColumnElement, case, func, null, select
 from sqlalchemy.orm import Session
 
-from nightly_assets.results import NightKey, Outcome, TestCase
+from nightly_assets.results import NightKey, Outcome, TestCase, node_id_of
 from nightly_assets.warehouse.tables import SuiteTable, TestCaseTable, node_key
 
 T = TypeVar("T")
@@ -163,7 +163,7 @@ def pass_rates(
         for suite, key_, classname, name in session.execute(
             select(t.suite, t.test_key, t.classname, t.name).where(*is_key(t, newest))
         ):
-            names.setdefault((suite, key_), f"{classname}::{name}" if classname else name)
+            names.setdefault((suite, key_), node_id_of(classname, name))
     by_id = _names(session, [row_id for sk, (_, _, row_id) in tallies.items() if sk not in names])
     result = [
         PassRate(suite, names.get((suite, key_)) or by_id[row_id], runs, passed)
@@ -204,7 +204,7 @@ def _names(session: Session, row_ids: list[int]) -> dict[int, str]:
         for row_id, classname, name in session.execute(
             select(t.id, t.classname, t.name).where(t.id.in_(chunk))
         ):
-            found[row_id] = f"{classname}::{name}" if classname else name
+            found[row_id] = node_id_of(classname, name)
     return found
 
 
@@ -221,40 +221,31 @@ def test_run(row: TestCaseTable) -> TestRun:
 
 
 def node_ids(
-    session: Session,
-    key: NightKey,
-    nights: dt.date | Sequence[dt.date],
-    ids: set[TestId],
-    *,
-    outcome: str | None,
+    session: Session, key: NightKey, night: dt.date, ids: set[TestId], *, outcome: str
 ) -> dict[TestId, list[str]]:
-    """The node ids of (suite, test_key) pairs on the key's pipeline and target, looked up
-    through the test index (500 keys a query)."""
+    """The node ids of (suite, test_key) pairs with `outcome` on `night` of the key's pipeline
+    and target, looked up through the test index (500 keys a query)."""
     t = TestCaseTable
-    days = [nights] if isinstance(nights, dt.date) else list(nights)
     by_suite: dict[str, list[int | None]] = {}
     for suite, key_ in ids:
         by_suite.setdefault(suite, []).append(key_)
     found: dict[TestId, list[str]] = {}
     for suite, keys in by_suite.items():
         for chunk in batches(iter(keys), 500):
-            where = [
-                t.pipeline == key.pipeline,
-                t.suite == suite,
-                t.test_key.in_(chunk),
-                t.night.between(min(days), max(days)),
-                t.target == key.target,
-            ]
-            if outcome is not None:
-                where.append(t.outcome == outcome)
             rows = session.execute(
-                select(t.test_key, t.classname, t.name).where(*where).order_by(t.night.desc())
+                select(t.test_key, t.classname, t.name).where(
+                    t.pipeline == key.pipeline,
+                    t.suite == suite,
+                    t.test_key.in_(chunk),
+                    t.night == night,
+                    t.target == key.target,
+                    t.outcome == outcome,
+                )
             )
             for key_, classname, name in rows:
-                node_id = f"{classname}::{name}" if classname else name
                 names = found.setdefault((suite, key_), [])
-                if node_id not in names:
-                    names.append(node_id)
+                if (test_id := node_id_of(classname, name)) not in names:
+                    names.append(test_id)
     return found
 
 
