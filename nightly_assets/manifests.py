@@ -30,12 +30,12 @@ class PinnedRepo(Manifest):
     committed_at: str = ""  # ISO 8601; empty in manifests from before it was recorded
 
     @property
-    def source_date_epoch(self) -> str | None:
-        """The commit's time as `SOURCE_DATE_EPOCH`, so the same commit builds the same wheel bytes
-        (and an image that installs it reuses its cached layers)."""
+    def build_env(self) -> dict[str, str]:
+        """`SOURCE_DATE_EPOCH` at the commit's time for the builds of this checkout, so the same
+        commit builds the same wheel bytes (and an image that installs it reuses its cached layers)."""
         if not self.committed_at:
-            return None
-        return str(int(dt.datetime.fromisoformat(self.committed_at).timestamp()))
+            return {}
+        return {"SOURCE_DATE_EPOCH": str(int(dt.datetime.fromisoformat(self.committed_at).timestamp()))}
 
 
 class SourcesManifest(Manifest):

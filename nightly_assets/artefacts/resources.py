@@ -213,16 +213,14 @@ class GcsArtefactStoreResource(ArtefactStoreResource):
         calls = {"timeout": min(60.0, deadline), "retry": DEFAULT_RETRY.with_deadline(deadline)}
         try:
             bucket = self.gcs.get_client().bucket(self.bucket)
-            for night_prefix in _subfolders(bucket, f"{self._object(root / pipeline)}/", calls):
-                night_name = night_prefix.rstrip("/").rpartition("/")[2]
+            for night_name, night_prefix in _subfolders(bucket, f"{self._object(root / pipeline)}/", calls):
                 try:
                     night = dt.date.fromisoformat(night_name)
                 except ValueError:  # not a night's folder: never ours to delete
                     continue
                 if night >= before:
                     continue
-                for target_prefix in _subfolders(bucket, night_prefix, calls):
-                    target = target_prefix.rstrip("/").rpartition("/")[2]
+                for target, target_prefix in _subfolders(bucket, night_prefix, calls):
                     if (night, target) in keep:
                         continue
                     for blob in bucket.list_blobs(prefix=target_prefix, **calls):
@@ -240,12 +238,13 @@ class GcsArtefactStoreResource(ArtefactStoreResource):
         return f"{self.prefix.strip('/')}/{relative}" if self.prefix.strip("/") else relative
 
 
-def _subfolders(bucket: Any, prefix: str, calls: dict[str, Any]) -> list[str]:
-    """The "folders" right under `prefix` (object name prefixes up to the next '/')."""
+def _subfolders(bucket: Any, prefix: str, calls: dict[str, Any]) -> list[tuple[str, str]]:
+    """(name, prefix) of the "folders" right under `prefix` (object name prefixes up to the
+    next '/')."""
     listing = bucket.list_blobs(prefix=prefix, delimiter="/", **calls)
     for _ in listing:  # the prefixes fill in as the pages are read
         pass
-    return sorted(listing.prefixes)
+    return [(folder[len(prefix) :].rstrip("/"), folder) for folder in sorted(listing.prefixes)]
 
 
 def _content_type(path: Path) -> str:

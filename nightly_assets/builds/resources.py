@@ -34,27 +34,23 @@ class PythonBuildResource(dg.ConfigurableResource):
     wheelhouse: str | None = None  # a folder of wheels (`pip --find-links`)
     build_timeout_s: int = 1800
 
-    def build_wheels(
-        self, src: Path, out: Path, log: Path, source_date_epoch: str | None = None
-    ) -> list[Path]:
-        return self._build(src, out, log, "--wheel", "*.whl", source_date_epoch)
+    def build_wheels(self, src: Path, out: Path, log: Path, env: dict[str, str] | None = None) -> list[Path]:
+        return self._build(src, out, log, "--wheel", "*.whl", env)
 
-    def build_sdist(
-        self, src: Path, out: Path, log: Path, source_date_epoch: str | None = None
-    ) -> list[Path]:
-        return self._build(src, out, log, "--sdist", "*.tar.gz", source_date_epoch)
+    def build_sdist(self, src: Path, out: Path, log: Path, env: dict[str, str] | None = None) -> list[Path]:
+        return self._build(src, out, log, "--sdist", "*.tar.gz", env)
 
     def _build(
-        self, src: Path, out: Path, log: Path, what: str, pattern: str, source_date_epoch: str | None
+        self, src: Path, out: Path, log: Path, what: str, pattern: str, env: dict[str, str] | None
     ) -> list[Path]:
-        """`python -m build`; with `source_date_epoch` (the commit's time) the archive's timestamps
-        are that time, so one commit always gives the same bytes."""
+        """`python -m build` with `env` beside pip's settings (`PinnedRepo.build_env`: the
+        commit's time as the archive's timestamps, so one commit always gives the same bytes)."""
         out.mkdir(parents=True, exist_ok=True)
         self._run(
             [sys.executable, "-m", "build", what, "--outdir", out, src],
             log,
             f"building {src.name} ({what[2:]})",
-            {"SOURCE_DATE_EPOCH": source_date_epoch} if source_date_epoch else {},
+            env,
         )
         return sorted(out.glob(pattern))
 

@@ -48,9 +48,10 @@ def build_wheels_in_container(
     log: Path,
     platform: str | None,
     timeout_s: float,
-    source_date_epoch: str | None = None,
+    env: dict[str, str] | None = None,
 ) -> ContainerWheels:
-    """`python -m pip wheel` of `src` inside a new container of `image`; wheels land in `out`."""
+    """`python -m pip wheel` of `src` inside a new container of `image` with `env` set (the
+    checkout's `PinnedRepo.build_env`); wheels land in `out`."""
     image_id = _builder_image_id(client, image)
     command = [python, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index"]
     command += ["--wheel-dir", DIST_DIR, SRC_DIR]
@@ -60,13 +61,7 @@ def build_wheels_in_container(
         command=command,
         network_mode="none",  # offline, as the seed's clean environment: wheels from the checkout only
         working_dir=SRC_DIR,
-        environment={
-            "PIP_DISABLE_PIP_VERSION_CHECK": "1",
-            "PIP_NO_CACHE_DIR": "1",
-            **(
-                {"SOURCE_DATE_EPOCH": source_date_epoch} if source_date_epoch else {}
-            ),  # same commit, same bytes
-        },
+        environment={"PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_CACHE_DIR": "1", **(env or {})},
         **({"platform": platform} if platform else {}),
     )
     try:

@@ -79,7 +79,7 @@ class DockerBackend(RunnerBackend):
                 log=run.workdir / "build.log",
                 platform=platform,
                 timeout_s=pool.build_timeout_s,
-                source_date_epoch=pinned.source_date_epoch,
+                env=pinned.build_env,
             )
         finally:
             client.close()

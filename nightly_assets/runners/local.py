@@ -49,9 +49,7 @@ class LocalBackend(RunnerBackend):
         pinned = work.spec.pinned_repo(work.artefacts, work.run.key)
         workdir = work.run.workdir
         return BuiltWheels(
-            builder.build_wheels(
-                Path(pinned.path), workdir / "dist", workdir / "build.log", pinned.source_date_epoch
-            )
+            builder.build_wheels(Path(pinned.path), workdir / "dist", workdir / "build.log", pinned.build_env)
         )
 
     def run_command(self, work: StageWork, argv: list[str], output: str, timeout_s: float) -> Path:

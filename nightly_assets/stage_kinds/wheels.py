@@ -75,7 +75,7 @@ def build_wheels_asset(spec: StageSpec) -> dg.AssetsDefinition:
                     Path(pinned.path),
                     run.workdir / "dist",
                     run.workdir / "sdist.log",
-                    pinned.source_date_epoch,
+                    pinned.build_env,
                 )
             files = [*wheels, *sdists]
             run.manifest["wheels"] = [str(w) for w in wheels]
