@@ -61,11 +61,13 @@ def test_the_gcs_store_prunes_the_uploaded_reports_of_expired_nights(
     from dagster_gcp import GCSResource
     from google.cloud import storage
 
-    artefacts = GcsArtefactStoreResource(
-        root=str(tmp_path / "artefacts"), gcs=GCSResource(project="nightly-test"), bucket=gcs.bucket
-    )
     prefix = f"t{secrets.token_hex(3)}"  # the emulator's bucket is shared by the session's tests
-    artefacts = artefacts.model_copy(update={"prefix": prefix})
+    artefacts = GcsArtefactStoreResource(
+        root=str(tmp_path / "artefacts"),
+        gcs=GCSResource(project="nightly-test"),
+        bucket=gcs.bucket,
+        prefix=prefix,
+    )
     pipeline = "p"
     nights = [(day, target) for day in (1, 2, 5) for target in ("cpu", "gpu")]
     for day, target in [*nights, (1, "other")]:
