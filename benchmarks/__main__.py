@@ -10,6 +10,7 @@ from benchmarks import (
     image_cache,
     junit_streaming,
     night_overhead,
+    regression_detection,
     tpu_overhead,
     warehouse_history,
     warehouse_write,
@@ -24,6 +25,7 @@ BENCHMARKS: dict[str, Callable[[], dict[str, float]]] = {
     "junit_streaming": junit_streaming.main,
     "warehouse_write": warehouse_write.main,
     "warehouse_history": warehouse_history.main,
+    "regression_detection": regression_detection.main,
 }
 
 

@@ -1,0 +1,246 @@
+"""Change points in a benchmark's nightly series: the night a benchmark got worse (or better) and
+stayed so, found online, the way the nights arrive.
+
+Each night is compared with the *regime* it belongs to: the nights since the last change point.
+A change is confirmed when the newest `m` nights (2 to `max_confirm`) all sit beyond the regime's
+level, in one direction, by
+
+- at least `min_change` of the level (a 3 % default: smaller shifts are not worth a page), and
+- a robust z-score: the noise is the MAD of the regime's residuals, pooled with the previous
+  regime's while the current one is short, and never below `noise_floor` of the level; two nights
+  must each be `z_two` noise widths away, three `z_three`, more `z_more` (drifts), and
+- a rank test: each of them beyond the `rank` quantile of the regime's recent nights, so the
+  second mode of a bimodal timing or a recent outlier is no shift.
+
+Two nights at least: a single outlier never alerts, and a step is confirmed one or two nights
+after it. The change point is the first of those nights; the nights before it that share its
+pinned commits (re-runs of the same code) are not part of the baseline twice: consecutive nights
+with identical pins count as one baseline value, their median. After a change the new level is
+the regime, so the alert is raised once, on the night the change is confirmed, not every night
+after; the nights it flagged never become the old level's baseline. With fewer than
+`min_history` nights in the first regime the state is "insufficient data", never an alert.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+State = Literal["insufficient data", "ok", "suspect", "regressed", "improved"]
+Pins = tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class Settings:
+    min_history: int = 7  # nights before the first verdict
+    min_regime: int = 3  # nights at a new level before it can change again
+    settle: int = 10  # a change in the same direction this soon after one continues it
+    window: int = 20  # recent nights of the regime that make its level
+    min_change: float = 0.03  # relative change below which nothing alerts
+    noise_floor: float = 0.002  # the least relative noise assumed (a benchmark that never varies)
+    z_two: float = 4.0
+    z_three: float = 3.0
+    z_more: float = 2.5
+    max_confirm: int = 4  # the most nights a change may take to confirm (a slow drift)
+    z_ends: float = 2.0  # the first and the newest night of three or more
+    alpha: float = 0.01  # the rank test's level
+
+
+@dataclass(frozen=True)
+class Point:
+    """One night's value of one benchmark, with the commits the night pinned."""
+
+    night: dt.date
+    value: float
+    pins: Pins = ()
+
+    @staticmethod
+    def of(night: dt.date, value: float, pins: Mapping[str, str] | None = None) -> Point:
+        return Point(night, value, tuple(sorted((pins or {}).items())))
+
+
+@dataclass(frozen=True)
+class ChangePoint:
+    """A confirmed change: the first night at the new level and the last one at the old."""
+
+    first_bad: dt.date
+    last_good: dt.date
+    confirmed: dt.date  # the night the change was confirmed (when it alerts)
+    before: float  # the old level: the regime's median
+    after: float  # the new level: the median of the nights that confirmed it
+    worse: bool
+    commits: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)
+
+    @property
+    def change(self) -> float:
+        """Relative change of the level, signed as the values go."""
+        return (self.after - self.before) / abs(self.before) if self.before else math.inf
+
+    def describe(self, unit: str = "") -> str:
+        word = "regressed" if self.worse else "improved"
+        suffix = f" {unit}" if unit else ""
+        return (
+            f"{word} {abs(self.change):.1%} from {self.first_bad} on "
+            f"({self.before:.4g}{suffix} → {self.after:.4g}{suffix}; last good night {self.last_good})"
+        )
+
+
+@dataclass(frozen=True)
+class Assessment:
+    """Where the newest night stands."""
+
+    state: State
+    baseline: float | None  # the level tonight is compared with
+    nights: int  # how many nights make that level
+    change_points: tuple[ChangePoint, ...]  # every change found in the series, oldest first
+    new: ChangePoint | None  # the change confirmed tonight: what alerts
+
+
+def assess(series: Sequence[Point], *, lower_is_better: bool, settings: Settings = Settings()) -> Assessment:
+    """Replay `series` (oldest night first) and say where its newest night stands."""
+    detector = _Replay(series, lower_is_better, settings)
+    for t in range(len(series)):
+        detector.step(t)
+    return detector.assessment()
+
+
+class _Replay:
+    def __init__(self, series: Sequence[Point], lower_is_better: bool, settings: Settings) -> None:
+        self.points = list(series)
+        self.values = [p.value for p in self.points]
+        self.index = {p.night: i for i, p in enumerate(self.points)}
+        self.sign = 1.0 if lower_is_better else -1.0  # makes "worse" positive
+        self.s = settings
+        self.start = 0  # first index of the current regime
+        self.previous: tuple[int, int] | None = None  # the regime before it
+        self.found: list[ChangePoint] = []
+        self.new: ChangePoint | None = None
+        self.suspect = False
+
+    def step(self, t: int) -> None:
+        self.new, self.suspect = None, False
+        first_regime = self.previous is None
+        needed = self.s.min_history if first_regime else self.s.min_regime
+        best: tuple[int, float] | None = None
+        for m in range(2, self.s.max_confirm + 1):
+            c = t - m + 1
+            if c - self.start < needed:
+                break
+            direction = self._confirms(c, t)
+            if direction:
+                best = (c, direction)
+        if best is None:
+            if t - self.start >= needed:
+                self.suspect = self._confirms(t, t, single=True) > 0
+            return
+        c, direction = best
+        before = statistics.median(self._reference(c))
+        after = statistics.median(self.values[c : t + 1])
+        last = self.found[-1] if self.found else None
+        self.previous, self.start = (self.start, c), c
+        if (
+            last is not None
+            and last.worse == (direction > 0)
+            and c - self.index[last.first_bad] <= self.s.settle
+        ):
+            # The same change still under way (a drift, a second step close behind): one alert.
+            self.found[-1] = dataclasses.replace(last, after=after)
+            return
+        point = ChangePoint(
+            first_bad=self.points[c].night,
+            last_good=self.points[c - 1].night,
+            confirmed=self.points[t].night,
+            before=before,
+            after=after,
+            worse=direction > 0,
+            commits=_commits(self.points[c - 1].pins, self.points[c].pins),
+        )
+        self.found.append(point)
+        self.new = point
+
+    def _reference(self, c: int) -> list[float]:
+        """The regime's recent level before night `c`: runs of equal pins count once (their median)."""
+        lo = max(self.start, c - self.s.window)
+        values: list[float] = []
+        run: list[float] = []
+        for i in range(lo, c):
+            if run and self.points[i].pins and self.points[i].pins == self.points[i - 1].pins:
+                run.append(self.values[i])
+                continue
+            if run:
+                values.append(statistics.median(run))
+            run = [self.values[i]]
+        if run:
+            values.append(statistics.median(run))
+        return values
+
+    def _noise(self, ref: list[float], level: float) -> float:
+        """Robust noise width: MAD of the regime's residuals, pooled with the previous regime's."""
+        residuals = [v - level for v in ref]
+        if len(ref) < self.s.min_history and self.previous is not None:
+            lo, hi = self.previous
+            earlier = self.values[max(lo, hi - self.s.window) : hi]
+            if earlier:
+                old_level = statistics.median(earlier)
+                scale = abs(level / old_level) if old_level else 1.0
+                residuals += [(v - old_level) * scale for v in earlier]
+        mad = statistics.median(abs(r) for r in residuals) * 1.4826
+        return max(mad, self.s.noise_floor * abs(level), 1e-12)
+
+    def _confirms(self, c: int, t: int, *, single: bool = False) -> float:
+        """+1 when nights c..t sit worse than the regime before c, -1 better, 0 neither."""
+        ref = self._reference(c)
+        level = statistics.median(ref)
+        noise = self._noise(ref, level)
+        post = [(v - level) * self.sign for v in self.values[c : t + 1]]
+        m = len(post)
+        z = self.s.z_two if m <= 2 or single else self.s.z_three if m == 3 else self.s.z_more
+        least = self.s.min_change * abs(level)
+        for direction in (1.0, -1.0):
+            shifted = [d * direction for d in post]
+            # The first night (the change point) and the newest (still changed tonight) must be
+            # beyond; with three or more, one night between may be an outlier the other way.
+            ends = [shifted[0], shifted[-1]] if m >= 3 else shifted
+            if min(ends) < max(least, self.s.z_ends * noise) or statistics.median(shifted) < max(
+                least, z * noise
+            ):
+                continue
+            # Rank test: how many of the regime's nights are at least as far out as each night.
+            recent = [(v - level) * self.sign * direction for v in ref]
+            tail = sorted(shifted)[1:] if m >= 3 else shifted
+            p = math.prod((sum(r >= d for r in recent) + 1) / (len(recent) + 1) for d in tail)
+            if single or p <= self.s.alpha:  # one night alone is a suspicion, not a test
+                return direction
+        return 0.0
+
+    def assessment(self) -> Assessment:
+        t = len(self.points) - 1
+        found = tuple(self.found)
+        if t < 0 or (self.previous is None and t - self.start < self.s.min_history):
+            return Assessment("insufficient data", None, max(t, 0), found, None)
+        if self.new is not None:
+            return Assessment(
+                "regressed" if self.new.worse else "improved",
+                self.new.before,
+                t - self.start,
+                found,
+                self.new,
+            )
+        ref = self._reference(t) if t > self.start else [self.values[t]]
+        state: State = "suspect" if self.suspect else "ok"
+        return Assessment(state, statistics.median(ref), len(ref), found, None)
+
+
+def _commits(good: Pins, bad: Pins) -> dict[str, tuple[str | None, str | None]]:
+    """Each repository whose pinned commit differs between the two nights: (good, bad)."""
+    old, new = dict(good), dict(bad)
+    return {
+        repo: (old.get(repo), new.get(repo))
+        for repo in sorted(old.keys() | new.keys())
+        if old.get(repo) != new.get(repo)
+    }
