@@ -36,7 +36,7 @@ def test_builtin_catalog_has_the_seed_values():
     assert dynamo.stage("tests_unit").runner_for("arm64") == "cpu-arm-r8g-4xlarge"
     rbe = catalog.pipelines["jax_rocm_rbe"].stage("tests_multigpu").suite.bazel
     assert rbe.tag_filters == "gpu,cpu,-tpu,-config-cuda-only"
-    assert catalog.pipelines["tpu"].thresholds.benchmark_slowdown == 1.2
+    assert catalog.pipelines["tpu"].thresholds.regression_min_change == 0.03
     assert catalog.pipelines["torch_spyre"].thresholds.flaky_share_max == 0.05
 
 

@@ -27,7 +27,7 @@ def test_below_the_minimum_history_there_is_no_verdict_whatever_the_values() -> 
 
 
 def test_a_step_alerts_once_naming_the_first_bad_night_and_the_commits_since_the_last_good() -> None:
-    values = stable(12) + [110.0, 110.5, 109.8, 110.2, 110.1]
+    values = [*stable(12), 110.0, 110.5, 109.8, 110.2, 110.1]
     pins = [{"jax": f"j{i}", "plugin": "p0" if i < 12 else "p1"} for i in range(len(values))]
     confirmed_on = [
         i for i in range(1, len(values) + 1) if assess(series(values[:i], pins[:i]), lower_is_better=True).new
@@ -46,15 +46,15 @@ def test_a_step_alerts_once_naming_the_first_bad_night_and_the_commits_since_the
 
 
 def test_one_outlier_never_alerts() -> None:
-    values = stable(12) + [160.0] + stable(6)
+    values = [*stable(12), 160.0, *stable(6)]
     found = [assess(series(values[:i]), lower_is_better=True) for i in range(1, len(values) + 1)]
     assert all(v.new is None for v in found)
     assert found[12].state == "suspect"  # the outlier's own night: worse, not yet a change
 
 
 def test_direction_comes_from_the_benchmark_a_throughput_drop_regresses_a_rise_improves() -> None:
-    drop = stable(10) + [90.0, 90.3, 89.9]
-    rise = stable(10) + [110.0, 110.3, 109.9]
+    drop = [*stable(10), 90.0, 90.3, 89.9]
+    rise = [*stable(10), 110.0, 110.3, 109.9]
     assert (v := assess(series(drop), lower_is_better=False).change_points) and v[0].worse
     improved = assess(series(rise[:12]), lower_is_better=False)
     assert improved.state == "improved" and improved.new is not None and not improved.new.worse
@@ -70,9 +70,9 @@ def test_a_slow_drift_alerts_once() -> None:
 
 def test_nights_with_the_same_commits_count_once_in_the_baseline() -> None:
     """Six nights re-measuring one commit at 110 do not outvote four commits at 100."""
-    values = [100.0, 100.2, 99.9, 100.1] + [110.0, 110.1, 109.9, 110.0, 110.2, 109.8]
+    values = [100.0, 100.2, 99.9, 100.1, 110.0, 110.1, 109.9, 110.0, 110.2, 109.8]
     pins = [{"app": f"a{i}"} for i in range(4)] + [{"app": "a4"}] * 6
-    verdict = assess(series(values + [100.0], pins + [{"app": "a5"}]), lower_is_better=True)
+    verdict = assess(series([*values, 100.0], [*pins, {"app": "a5"}]), lower_is_better=True)
     assert verdict.baseline is not None and verdict.baseline < 101
-    without_pins = assess(series(values + [100.0]), lower_is_better=True)
+    without_pins = assess(series([*values, 100.0]), lower_is_better=True)
     assert without_pins.baseline is not None and without_pins.baseline > 109

@@ -67,8 +67,8 @@ def test_checks_sit_where_the_gates_are(graph):
             assert (key.to_user_string(), "tests_passed") in checks
             assert (key.to_user_string(), "test_count_stable") in checks
     assert ("demo/wheels", "wheel_metadata_valid") in checks
-    assert ("demo/perf_baseline", "benchmarks_within_baseline") in checks
-    assert ("tpu/perf_baseline", "benchmarks_within_baseline") in checks
+    assert ("demo/perf_baseline", "no_new_regression") in checks
+    assert ("tpu/perf_baseline", "no_new_regression") in checks
     assert ("torch_spyre/lint", "lint_clean") in checks
     blocking = {
         k.asset_key.to_user_string()

@@ -4,7 +4,7 @@ import datetime as dt
 import json
 import os
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import dagster as dg
@@ -16,7 +16,7 @@ from nightly_assets.definitions import build_definitions
 from nightly_assets.demo.sample_repo import ensure_sample_repo, load_history
 from nightly_assets.night import NightOutcome, run_night
 from nightly_assets.resources import resources_for
-from nightly_assets.results import NightKey
+from nightly_assets.results import BenchmarkResult, NightKey
 from nightly_assets_tests.catalog_files import copy_catalog, edit_pipeline
 
 pytestmark = pytest.mark.slow
@@ -83,8 +83,8 @@ def test_demo_night_materializes_every_asset_and_fills_the_warehouse(nights):
     night = next(n for n in nights.store.nights("demo") if n.night == dt.date(2026, 11, 3))
     assert night.status == "success"
     assert night.pins["nightlysample"] == nights.sha(0)
-    history = nights.store.benchmark_history("demo", "cpu", "matmul_64", before=dt.date(2026, 11, 4), limit=5)
-    assert len(history) == 1 and history[0][1] > 0
+    history = nights.store.benchmark_series("demo", "cpu", "matmul_64", before=dt.date(2026, 11, 4), limit=5)
+    assert len(history) == 1 and history[0][1] > 0 and history[0][2] == {"nightlysample": nights.sha(0)}
     published = list((nights.home / "index" / "demo").glob("nightlysample-0.1.0-*.whl"))
     assert len(published) == 1
     summary = (nights.home / "artefacts/demo/2026-11-03/cpu/night_summary/summary.md").read_text()
@@ -145,30 +145,65 @@ def test_rerun_of_a_failed_night_uses_that_nights_pin_and_replaces_its_rows(nigh
     assert [c.name for c in nights.store.failed_cases(key("2026-11-07"), "tests_unit")] == ["test_mean"]
 
 
-def test_a_perf_regression_warns_without_blocking(nights):
-    assert nights.run("2026-11-13").succeeded  # 0.2.1: the baseline night
-    outcome = nights.run("2026-11-19")  # 0.3.0: matmul rewritten, several times slower
+def test_a_perf_regression_alerts_once_with_the_first_bad_night_and_the_suspect_commit(nights):
+    assert nights.run("2026-11-13").succeeded  # 0.2.1: the level the benchmarks had
+    # A week of earlier nights in the warehouse around that level, each on its own commit (the
+    # sample repository has four commits; a real upstream moves every night).
+    tonight = {b.name: b for b in _benchmarks(nights, "2026-11-13")}
+    for i, day in enumerate(range(5, 13)):
+        night = NightKey("demo", dt.date(2026, 11, day), "cpu")
+        nights.store.record_night(
+            night, run_id="seeded", status="success", pins={"nightlysample": f"{i:040x}"}
+        )
+        wobble = 1 + 0.01 * ((-1) ** i) * (i % 3)
+        nights.store.record_benchmarks(night, [replace(b, value=b.value * wobble) for b in tonight.values()])
+    first = nights.run("2026-11-19")  # 0.3.0: matmul rewritten, several times slower
+    assert first.succeeded
+    assert not [a for a in nights.alerts() if a["severity"] == "warn"]  # one slow night is no change yet
+    comparison = _comparison(nights, "2026-11-19")["matmul_64"]
+    assert comparison["state"] == "suspect" and comparison["ratio"] > 1.2
+
+    outcome = nights.run("2026-11-20")  # the second night at the new level confirms it
     assert outcome.succeeded  # WARN checks alert, they do not gate
-    assert nights.materialized("release", "2026-11-19")
-    warns = [a for a in nights.alerts() if a["severity"] == "warn"]
-    assert len(warns) == 1
-    assert "benchmarks_within_baseline failed: matmul_64" in warns[0]["lines"][0]
+    assert nights.materialized("release", "2026-11-20")
+    [warn] = [a for a in nights.alerts() if a["severity"] == "warn"]
+    line = warn["lines"][0]
+    assert line.startswith("perf_baseline:no_new_regression failed: matmul_64 regressed ")
+    assert "from 2026-11-19 on" in line and "last good night 2026-11-13" in line
+    good, bad = nights.sha(2), nights.sha(3)
+    assert f"suspects: nightlysample {good[:10]}..{bad[:10]} [{bad[:10]} " in line
     # The night is `warn`, not `success`, wherever its status is read.
-    night = next(n for n in nights.store.nights("demo") if n.night == dt.date(2026, 11, 19))
+    night = next(n for n in nights.store.nights("demo") if n.night == dt.date(2026, 11, 20))
     assert night.status == "warn"
-    [check] = [c for c in nights.store.checks(key("2026-11-19")) if not c.passed]
-    assert (check.stage, check.name, check.severity) == (
-        "perf_baseline",
-        "benchmarks_within_baseline",
-        "WARN",
+    [check] = [c for c in nights.store.checks(key("2026-11-20")) if not c.passed]
+    assert (check.stage, check.name, check.severity) == ("perf_baseline", "no_new_regression", "WARN")
+    summary = (nights.home / "artefacts/demo/2026-11-20/cpu/night_summary/summary.md").read_text()
+    assert "## demo — night 2026-11-20 — cpu: warn" in summary
+    assert "| perf_baseline | no_new_regression | WARN | matmul_64 regressed" in summary
+    [found] = [r for r in nights.store.regressions("demo") if r.name == "matmul_64"]
+    assert (found.night, found.first_bad, found.last_good) == (
+        dt.date(2026, 11, 20),
+        dt.date(2026, 11, 19),
+        dt.date(2026, 11, 13),
     )
-    summary = (nights.home / "artefacts/demo/2026-11-19/cpu/night_summary/summary.md").read_text()
-    assert "## demo — night 2026-11-19 — cpu: warn" in summary
-    assert "| perf_baseline | benchmarks_within_baseline | WARN | matmul_64:" in summary
-    comparison = json.loads(
-        (nights.home / "artefacts/demo/2026-11-19/cpu/perf_baseline/manifest.json").read_text()
-    )["comparison"]
-    assert comparison["matmul_64"]["ratio"] > 1.2 and comparison["matmul_64"]["nights"] == 1
+    assert found.worse and found.after > 1.2 * found.before
+    assert found.commits["nightlysample"]["good"] == good
+    assert [c["sha"] for c in found.commits["nightlysample"]["commits"]] == [bad]
+
+    # Once: the next night at the same level is the new normal, no second alert.
+    assert nights.run("2026-11-21").succeeded
+    assert len([a for a in nights.alerts() if a["severity"] == "warn"]) == 1
+    assert _comparison(nights, "2026-11-21")["matmul_64"]["state"] == "ok"
+
+
+def _benchmarks(nights, night: str) -> list[BenchmarkResult]:
+    manifest = json.loads((nights.home / f"artefacts/demo/{night}/cpu/benchmarks/manifest.json").read_text())
+    return [BenchmarkResult(name, **row) for name, row in manifest["benchmarks"].items()]
+
+
+def _comparison(nights, night: str) -> dict:
+    path = nights.home / f"artefacts/demo/{night}/cpu/perf_baseline/manifest.json"
+    return json.loads(path.read_text())["comparison"]
 
 
 def test_a_failed_build_starts_no_test(nights, tmp_path, monkeypatch):

@@ -77,8 +77,8 @@ def test_a_theta_night_runs_job_deploy_sweep_and_report(theta, nightly_home):
     assert len(sweep["rows"]) == 8 and all(r["status"] == "ok" and r["value"] > 0 for r in sweep["rows"])
     point = {"nodes": 2, "ranks_per_node": 2, "trial": 1}
     name = "sweep/nodes=2/ranks_per_node=2/trial=1"
-    history = store.benchmark_history("theta_sample", "theta-knl", name, before=dt.date(2026, 11, 4), limit=5)
-    assert [v for _, v in history] == [next(r["value"] for r in sweep["rows"] if r["point"] == point)]
+    history = store.benchmark_series("theta_sample", "theta-knl", name, before=dt.date(2026, 11, 4), limit=5)
+    assert [v for _, v, _ in history] == [next(r["value"] for r in sweep["rows"] if r["point"] == point)]
     report = json.loads((artefacts / "analysis_report/manifest.json").read_text())
     assert Path(report["pdf"]).read_bytes().startswith(b"%PDF")
     assert len(Path(report["csv"]).read_text().splitlines()) == 1 + 8  # a header and one row per point

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import cast
 
@@ -18,6 +19,7 @@ from nightly_assets.warehouse import (
     WarehouseResource,
     default_warehouse_url,
 )
+from nightly_assets.warehouse.rows import Regression
 from nightly_assets.warehouse.tables import node_key
 
 NIGHT = dt.date(2024, 5, 10)
@@ -64,6 +66,7 @@ def test_report_recorded_twice_replaces_rows(warehouse: Warehouse) -> None:
         "suites": 1,
         "test_cases": 3,
         "benchmarks": 0,
+        "regressions": 0,
         "costs": 0,
         "checks": 0,
         "leases": 0,
@@ -114,8 +117,10 @@ def test_benchmarks_replaced_not_duplicated(warehouse: Warehouse) -> None:
     warehouse.record_benchmarks(KEY, [BenchmarkResult("a", 3.0, unit="ms")])
     assert warehouse.row_counts(KEY)["benchmarks"] == 1
     later = dt.date(2024, 5, 11)
-    assert warehouse.benchmark_history(KEY.pipeline, KEY.target, "a", before=later, limit=5) == [(NIGHT, 3.0)]
-    assert warehouse.benchmark_history(KEY.pipeline, KEY.target, "b", before=later, limit=5) == []
+    assert warehouse.benchmark_series(KEY.pipeline, KEY.target, "a", before=later, limit=5) == [
+        (NIGHT, 3.0, {})
+    ]
+    assert warehouse.benchmark_series(KEY.pipeline, KEY.target, "b", before=later, limit=5) == []
 
 
 def test_a_stage_cost_is_replaced_per_stage_and_keeps_its_precision(warehouse: Warehouse) -> None:
@@ -145,20 +150,56 @@ def test_previous_suite_total_skips_collect_only(warehouse: Warehouse) -> None:
     assert warehouse.previous_suite_total(KEY, "missing") is None
 
 
-def test_benchmark_history_newest_first_before_is_exclusive(warehouse: Warehouse) -> None:
+def test_benchmark_series_oldest_first_with_each_nights_pins_before_is_exclusive(
+    warehouse: Warehouse,
+) -> None:
     for day in range(1, 8):
         key = _at(KEY, dt.date(2024, 5, day))
         warehouse.record_benchmarks(key, [BenchmarkResult("step", float(day))])
+        if day != 3:  # a night the sources stage never recorded: no pins
+            warehouse.record_night(key, run_id="r", status="success", pins={"app": f"a{day}", "lib": "l0"})
     warehouse.record_benchmarks(_at(OTHER_TARGET, dt.date(2024, 5, 4)), [BenchmarkResult("step", 99)])
 
-    history = warehouse.benchmark_history(
-        KEY.pipeline, KEY.target, "step", before=dt.date(2024, 5, 5), limit=3
-    )
-    assert history == [(dt.date(2024, 5, 4), 4.0), (dt.date(2024, 5, 3), 3.0), (dt.date(2024, 5, 2), 2.0)]
+    series = warehouse.benchmark_series(KEY.pipeline, KEY.target, "step", before=dt.date(2024, 5, 5), limit=3)
+    assert series == [
+        (dt.date(2024, 5, 2), 2.0, {"app": "a2", "lib": "l0"}),
+        (dt.date(2024, 5, 3), 3.0, {}),
+        (dt.date(2024, 5, 4), 4.0, {"app": "a4", "lib": "l0"}),
+    ]
     assert (
-        warehouse.benchmark_history(KEY.pipeline, KEY.target, "step", before=dt.date(2024, 5, 1), limit=3)
+        warehouse.benchmark_series(KEY.pipeline, KEY.target, "step", before=dt.date(2024, 5, 1), limit=3)
         == []
     )
+
+
+def test_regressions_of_a_night_are_replaced_and_read_back_newest_first(warehouse: Warehouse) -> None:
+    found = Regression(
+        pipeline=KEY.pipeline,
+        night=NIGHT,
+        target=KEY.target,
+        name="matmul",
+        first_bad=NIGHT - dt.timedelta(days=1),
+        last_good=NIGHT - dt.timedelta(days=2),
+        before=1.0,
+        after=1.25,
+        unit="s",
+        worse=True,
+        commits={
+            "app": {
+                "good": "a" * 40,
+                "bad": "b" * 40,
+                "commits": [{"sha": "b" * 40, "author": "Ann", "subject": "x"}],
+            }
+        },
+    )
+    later = replace(found, night=NIGHT + dt.timedelta(days=9), name="sum", worse=False)
+    warehouse.record_regressions(KEY, [found])
+    warehouse.record_regressions(KEY, [found])  # a re-run of the night
+    warehouse.record_regressions(_at(KEY, later.night), [later])
+    assert warehouse.regressions(KEY.pipeline) == [later, found]
+    assert warehouse.regressions(KEY.pipeline, target="other") == []
+    warehouse.record_regressions(KEY, [])
+    assert warehouse.regressions(KEY.pipeline) == [later]
 
 
 def test_large_report_round_trips(warehouse: Warehouse) -> None:

@@ -80,6 +80,7 @@ def test_a_night_survives_a_database_restart_and_ends_with_its_status(
     assert night is not None and night.status == "success", output
     stages = {s.stage: s.status for s in store.stages(KEY)}
     assert set(stages.values()) == {"success"} and len(stages) == 11
-    assert store.benchmark_history("demo", "cpu", "sleep", before=dt.date(2026, 11, 4), limit=1) == [
-        (dt.date(2026, 11, 3), 2.0)
-    ]
+    [(night_, value, pins)] = store.benchmark_series(
+        "demo", "cpu", "sleep", before=dt.date(2026, 11, 4), limit=1
+    )
+    assert (night_, value) == (dt.date(2026, 11, 3), 2.0) and pins == night.pins

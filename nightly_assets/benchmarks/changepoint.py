@@ -120,6 +120,7 @@ class _Replay:
         self.previous: tuple[int, int] | None = None  # the regime before it
         self.found: list[ChangePoint] = []
         self.new: ChangePoint | None = None
+        self.new_nights = 0  # the nights that made the old level of `new`
         self.suspect = False
 
     def step(self, t: int) -> None:
@@ -139,7 +140,8 @@ class _Replay:
                 self.suspect = self._confirms(t, t, single=True) > 0
             return
         c, direction = best
-        before = statistics.median(self._reference(c))
+        ref = self._reference(c)
+        before = statistics.median(ref)
         after = statistics.median(self.values[c : t + 1])
         last = self.found[-1] if self.found else None
         self.previous, self.start = (self.start, c), c
@@ -161,7 +163,7 @@ class _Replay:
             commits=_commits(self.points[c - 1].pins, self.points[c].pins),
         )
         self.found.append(point)
-        self.new = point
+        self.new, self.new_nights = point, len(ref)
 
     def _reference(self, c: int) -> list[float]:
         """The regime's recent level before night `c`: runs of equal pins count once (their median)."""
@@ -214,7 +216,7 @@ class _Replay:
             recent = [(v - level) * self.sign * direction for v in ref]
             tail = sorted(shifted)[1:] if m >= 3 else shifted
             p = math.prod((sum(r >= d for r in recent) + 1) / (len(recent) + 1) for d in tail)
-            if single or p <= self.s.alpha:  # one night alone is a suspicion, not a test
+            if single or p <= self.s.alpha * (1 + 1e-9):  # one night alone is a suspicion, not a test
                 return direction
         return 0.0
 
@@ -227,7 +229,7 @@ class _Replay:
             return Assessment(
                 "regressed" if self.new.worse else "improved",
                 self.new.before,
-                t - self.start,
+                self.new_nights,
                 found,
                 self.new,
             )

@@ -1,4 +1,5 @@
-"""Seed 003's rule: a benchmark more than `slowdown` x its baseline is a regression (WARN)."""
+"""The regression check: a benchmark whose level changed for the worse tonight (a change point the
+detector confirmed on this night) alerts once, WARN, naming where it began and the suspect commits."""
 
 from __future__ import annotations
 
@@ -6,42 +7,55 @@ from typing import Any
 
 import dagster as dg
 
-WITHIN_BASELINE = "benchmarks_within_baseline"
+NO_NEW_REGRESSION = "no_new_regression"
 
 
-def baseline_check_specs(key: dg.AssetKey, slowdown: float) -> list[dg.AssetCheckSpec]:
+def regression_check_specs(key: dg.AssetKey, min_change: float) -> list[dg.AssetCheckSpec]:
     return [
         dg.AssetCheckSpec(
-            WITHIN_BASELINE,
+            NO_NEW_REGRESSION,
             asset=key,
-            description=f"No benchmark is more than {slowdown:g}x worse than its baseline.",
+            description=(
+                f"No benchmark's level got worse by {min_change:.0%} or more from a night on "
+                "(a change point confirmed tonight; alerts once per change)."
+            ),
         )
     ]
 
 
-def regressions(comparison: dict[str, dict[str, Any]], slowdown: float) -> list[str]:
-    """Benchmarks worse than `slowdown` x baseline, as readable lines."""
-    found = []
+def regression_lines(comparison: dict[str, dict[str, Any]]) -> list[str]:
+    """A readable line per benchmark that regressed tonight: the change and its suspect commits."""
+    lines = []
     for name, row in comparison.items():
-        ratio = row.get("ratio")
-        if ratio is None:
+        change = row.get("regression")
+        if change is None:
             continue
-        worse = ratio > slowdown if row["lower_is_better"] else ratio < 1 / slowdown
-        if worse:
-            found.append(f"{name}: {row['value']:.4g} vs baseline {row['baseline']:.4g} ({ratio:.2f}x)")
-    return found
+        suspects = "; ".join(_suspects(repo, span) for repo, span in change["commits"].items())
+        lines.append(
+            f"{name} {change['text']}" + (f"; suspects: {suspects}" if suspects else "; no commit changed")
+        )
+    return lines
 
 
-def within_baseline(
-    key: dg.AssetKey, comparison: dict[str, dict[str, Any]], slowdown: float
-) -> dg.AssetCheckResult:
-    found = regressions(comparison, slowdown)
-    compared = sum(1 for row in comparison.values() if row.get("ratio") is not None)
+def _suspects(repo: str, span: dict[str, Any]) -> str:
+    good, bad = (span["good"] or "")[:10], span["bad"][:10] if span["bad"] else "removed"
+    listed = span.get("commits") or []
+    shown = ", ".join(f"{c['sha'][:10]} {c['author']}: {c['subject'][:80]}" for c in listed[:3])
+    more = f" (+{len(listed) - 3} more)" if len(listed) > 3 else ""
+    return f"{repo} {good}..{bad}" + (f" [{shown}{more}]" if shown else "")
+
+
+def no_new_regression(key: dg.AssetKey, comparison: dict[str, dict[str, Any]]) -> dg.AssetCheckResult:
+    found = regression_lines(comparison)
+    states: dict[str, int] = {}
+    for row in comparison.values():
+        states[row["state"]] = states.get(row["state"], 0) + 1
+    tally = ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
     return dg.AssetCheckResult(
-        check_name=WITHIN_BASELINE,
+        check_name=NO_NEW_REGRESSION,
         asset_key=key,
         passed=not found,
         severity=dg.AssetCheckSeverity.WARN,
-        description="; ".join(found) or f"{compared} benchmark(s) within {slowdown:g}x of baseline",
-        metadata={"regressions": len(found), "compared": compared},
+        description="; ".join(found) or f"{len(comparison)} benchmark(s): {tally}",
+        metadata={"regressions": len(found), **{f"state/{s}": n for s, n in states.items()}},
     )

@@ -197,11 +197,23 @@ class Stage(StrictModel):
 
 class Thresholds(StrictModel):
     test_count_drop_pct: float = Field(default=1.0, ge=0)
-    benchmark_slowdown: float = Field(default=1.2, gt=1.0)
-    baseline_nights: int = Field(default=7, ge=1)
+    # perf_baseline's change-point detector (benchmarks/changepoint.py): the least relative change
+    # that alerts, and the nights a benchmark needs before any verdict.
+    regression_min_change: float = Field(default=0.03, gt=0, lt=1)
+    regression_min_history: int = Field(default=7, ge=3)
     flaky_share_max: float = Field(default=0.05, ge=0, le=1)
     in_scope_share_min: float | None = Field(default=None, ge=0, le=1)
     cost_budget_usd: float | None = Field(default=None, gt=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _replaced(cls, data: Any) -> Any:
+        if isinstance(data, dict) and {"benchmark_slowdown", "baseline_nights"} & data.keys():
+            raise ValueError(
+                "benchmark_slowdown and baseline_nights were replaced by change-point detection: "
+                "set regression_min_change (default 0.03) and regression_min_history (default 7 nights)"
+            )
+        return data
 
 
 class GitHub(StrictModel):

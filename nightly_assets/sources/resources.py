@@ -15,6 +15,7 @@ from nightly_assets.process import CommandError, CommandResult, run_command
 
 SAMPLE_SCHEME = "sample:"
 _SAFE_REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")
+_SHA = re.compile(r"^[0-9a-f]{7,64}$")
 
 
 class SourceError(RuntimeError):
@@ -26,6 +27,13 @@ class Pin:
     repo: str
     sha: str
     committed_at: str
+    subject: str
+
+
+@dataclass(frozen=True)
+class Commit:
+    sha: str
+    author: str
     subject: str
 
 
@@ -91,6 +99,25 @@ class GitSourcesResource(dg.ConfigurableResource):
         line = _git(["-C", str(mirror), "show", "-s", "--format=%cI%x00%s", sha, "--"], 60).output
         committed_at, _, subject = line.strip().partition("\x00")
         return Pin(repo=name, sha=sha, committed_at=committed_at, subject=subject)
+
+    def commits_between(
+        self, name: str, url: str, good: str | None, bad: str, limit: int = 20
+    ) -> list[Commit]:
+        """The commits after `good` up to `bad`, newest first (at most `limit`): the suspects of a
+        change between two nights. `good` None: `bad` alone. Both are SHAs the warehouse recorded."""
+        for sha in (good, bad):
+            if sha is not None and not _SHA.match(sha):
+                raise SourceError(f"repository '{name}': {sha!r} is not a commit SHA")
+        mirror = self._mirror_path(name) if self._has_mirror(name) else self.mirror(name, url)
+        span = [f"{good}..{bad}"] if good else ["-1", bad]
+        try:
+            out = _git(
+                ["-C", str(mirror), "log", f"--max-count={limit}", "--format=%H%x00%an%x00%s", *span, "--"],
+                60,
+            )
+        except CommandError as exc:
+            raise SourceError(f"repository '{name}': cannot list commits {good}..{bad}: {exc}") from None
+        return [Commit(*line.split("\x00", 2)) for line in out.output.splitlines() if line.count("\x00") == 2]
 
     def checkout(self, name: str, sha: str, dest: Path) -> Path:
         mirror = self._mirror_path(name)

@@ -10,7 +10,14 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from nightly_assets.results import CheckOutcome, NightKey
-from nightly_assets.warehouse.tables import CheckTable, CostTable, NightTable, StageTable, SuiteTable
+from nightly_assets.warehouse.tables import (
+    CheckTable,
+    CostTable,
+    NightTable,
+    RegressionTable,
+    StageTable,
+    SuiteTable,
+)
 
 
 @dataclass(frozen=True)
@@ -100,3 +107,39 @@ def check_outcome(row: CheckTable) -> CheckOutcome:
 
 def machine_cost(row: CostTable) -> MachineCost:
     return MachineCost(**{name: getattr(row, name) for name in COST_COLUMNS})
+
+
+@dataclass(frozen=True)
+class Regression:
+    """A benchmark change confirmed on `night` (see tables.RegressionTable)."""
+
+    pipeline: str
+    night: dt.date
+    target: str
+    name: str
+    first_bad: dt.date
+    last_good: dt.date
+    before: float
+    after: float
+    unit: str
+    worse: bool
+    commits: dict[str, Any]
+
+
+def regression(row: RegressionTable) -> Regression:
+    return Regression(
+        pipeline=row.pipeline,
+        night=row.night,
+        target=row.target,
+        name=row.name,
+        first_bad=row.first_bad,
+        last_good=row.last_good,
+        before=row.before,
+        after=row.after,
+        unit=row.unit,
+        worse=row.worse,
+        commits=json.loads(row.commits),
+    )
+
+
+REGRESSION_COLUMNS = ("name", "first_bad", "last_good", "before", "after", "unit", "worse")

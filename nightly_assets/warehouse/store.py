@@ -33,13 +33,16 @@ from nightly_assets.warehouse.history import PassRate, TestRun, batches, is_key
 from nightly_assets.warehouse.rows import (
     COST_COLUMNS,
     COUNT_COLUMNS,
+    REGRESSION_COLUMNS,
     MachineCost,
     NightOverview,
     NightRow,
+    Regression,
     StageRow,
     check_outcome,
     machine_cost,
     night_row,
+    regression,
     stage_row,
     suite_counts,
 )
@@ -50,6 +53,7 @@ from nightly_assets.warehouse.tables import (
     CostTable,
     LeaseTable,
     NightTable,
+    RegressionTable,
     StageTable,
     SuiteTable,
     TestCaseTable,
@@ -256,6 +260,18 @@ class Warehouse:
         ]
         self._replace(BenchmarkTable, is_key(BenchmarkTable, key), rows)
 
+    def record_regressions(self, key: NightKey, found: Sequence[Regression]) -> None:
+        """Replace the changes confirmed on the key's night (an empty sequence clears them)."""
+        rows = [
+            {
+                **_key(key),
+                **{name: getattr(r, name) for name in REGRESSION_COLUMNS},
+                "commits": json.dumps(r.commits, sort_keys=True),
+            }
+            for r in found
+        ]
+        self._replace(RegressionTable, is_key(RegressionTable, key), rows)
+
     def record_cost(self, key: NightKey, cost: MachineCost) -> None:
         """Replace the cost row of (key, cost.stage)."""
         row = {**_key(key), **{name: getattr(cost, name) for name in COST_COLUMNS}}
@@ -315,23 +331,29 @@ class Warehouse:
         row = self._read(lambda s: s.execute(query).first())
         return (row.night, row.total) if row else None
 
-    def benchmark_history(
+    def benchmark_series(
         self, pipeline: str, target: str, name: str, *, before: dt.date, limit: int
-    ) -> list[tuple[dt.date, float]]:
-        """(night, value) of up to ``limit`` nights strictly before ``before``, newest first."""
+    ) -> list[tuple[dt.date, float, dict[str, str]]]:
+        """(night, value, the night's pinned commits) of up to ``limit`` nights strictly before
+        ``before``, oldest first: what the change-point detector replays."""
+        b, n = BenchmarkTable, NightTable
         query = (
-            select(BenchmarkTable.night, BenchmarkTable.value)
-            .where(
-                BenchmarkTable.pipeline == pipeline,
-                BenchmarkTable.target == target,
-                BenchmarkTable.name == name,
-                BenchmarkTable.night < before,
-            )
-            .order_by(BenchmarkTable.night.desc())
+            select(b.night, b.value, n.pins)
+            .outerjoin(n, (n.pipeline == b.pipeline) & (n.night == b.night) & (n.target == b.target))
+            .where(b.pipeline == pipeline, b.target == target, b.name == name, b.night < before)
+            .order_by(b.night.desc())
             .limit(limit)
         )
         rows = self._read(lambda s: s.execute(query).all())
-        return [(r.night, r.value) for r in rows]
+        return [(r.night, r.value, json.loads(r.pins) if r.pins else {}) for r in reversed(rows)]
+
+    def regressions(self, pipeline: str, *, target: str | None = None) -> list[Regression]:
+        """The benchmark changes confirmed on the pipeline's nights, newest first."""
+        t = RegressionTable
+        query = select(t).where(t.pipeline == pipeline).order_by(t.night.desc(), t.target, t.name)
+        if target is not None:
+            query = query.where(t.target == target)
+        return [regression(r) for r in self._read(lambda s: s.scalars(query).all())]
 
     def checks(self, key: NightKey) -> list[CheckOutcome]:
         """The night's check outcomes, by stage and check name."""

@@ -151,6 +151,27 @@ class BenchmarkTable(_Keyed, Base):
     lower_is_better: Mapped[bool]
 
 
+class RegressionTable(_Keyed, Base):
+    """A benchmark's change confirmed on the key's night: the first night at the new level, the
+    last one at the old, both levels, and the commits between the two nights (JSON: repo ->
+    {"good": sha, "bad": sha, "commits": [{"sha", "author", "subject"}, ...]})."""
+
+    __tablename__ = "regressions"
+    __table_args__ = (
+        UniqueConstraint("pipeline", "night", "target", "name", name="uq_regressions_key"),
+        _MYSQL_OPTIONS,
+    )
+
+    name: Mapped[str] = mapped_column(String(NAME_LEN))
+    first_bad: Mapped[dt.date] = mapped_column(Date)
+    last_good: Mapped[dt.date] = mapped_column(Date)
+    before: Mapped[float] = mapped_column(Double)
+    after: Mapped[float] = mapped_column(Double)
+    unit: Mapped[str] = mapped_column(String(UNIT_LEN))
+    worse: Mapped[bool]
+    commits: Mapped[str] = mapped_column(LongText)
+
+
 class CostTable(_Keyed, Base):
     """What a stage's rented machine cost (seed 003: a TPU VM's lifetime x its hourly price)."""
 
@@ -205,6 +226,7 @@ ALL_TABLES: tuple[type[Base], ...] = (
     SuiteTable,
     TestCaseTable,
     BenchmarkTable,
+    RegressionTable,
     CostTable,
     CheckTable,
     LeaseTable,
