@@ -209,6 +209,13 @@ def test_builtin_catalog_has_the_seed_values():
             lambda d: d["repositories"][0].update(url="sample:../../outside"),
             "expected sample:<name>, a plain name",
         ),
+        (
+            "tpu",
+            lambda d: d["thresholds"].update(benchmark_slowdown=1.2),
+            "benchmark_slowdown and baseline_nights were replaced by change-point detection: "
+            "set regression_min_change",
+        ),
+        ("tpu", lambda d: d["thresholds"].update(regression_min_history=1), "regression_min_history"),
     ],
 )
 def test_bad_pipeline_entry_names_file_field_and_expectation(catalog_copy, pipeline, change, expected):
