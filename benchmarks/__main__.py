@@ -7,6 +7,7 @@ from collections.abc import Callable
 from benchmarks import (
     bazel_cache,
     definitions_load,
+    flaky_detection,
     image_cache,
     junit_streaming,
     night_overhead,
@@ -26,6 +27,7 @@ BENCHMARKS: dict[str, Callable[[], dict[str, float]]] = {
     "warehouse_write": warehouse_write.main,
     "warehouse_history": warehouse_history.main,
     "regression_detection": regression_detection.main,
+    "flaky_detection": flaky_detection.main,
 }
 
 

@@ -1,0 +1,271 @@
+"""Flaky or broken: one test's nightly history classified from its outcomes, retries, re-runs and
+pinned commits; pure Python (`benchmarks/flaky_detection.py` scores it on a simulated history).
+
+A night is *usable* unless the test was skipped (or only collected) or it is an infra night of
+its suite (`infra_nights`: the suite failed wholesale, which says nothing about any one test). A
+usable night *failed* when every attempt of every run failed, and is *clean* when it passed on
+the first attempt with no re-run disagreeing. Over the usable nights, oldest first:
+
+* Flaky evidence: the same commits gave both outcomes. A pass after a retry within a night, a
+  re-run of the night that disagrees, or two consecutive usable nights with identical pins of
+  which one failed and the other did not; each counts once. Pins move on most nights, so there
+  is a weaker, statistical signal too: a *blip*, one failed night between two that were not
+  (with moved pins on both sides, else it is already a flip). One blip may as well be a
+  breakage fixed the next day; two or more make the test flaky. A failed streak of two or more
+  nights that recovered is no blip: it was broken while it lasted, then fixed.
+* Broken: a streak of failed nights reaching the newest night (infra and skipped nights neither
+  start nor break it). Two or more nights are broken whatever the test's past: flaky never hides
+  broken. One night (a new failure) is broken unless the test is known to be flaky (its
+  evidence, the flip into that night with unchanged pins included): then it is that test's
+  flaky failure, and broken if it fails again the next night. The streak's first night is
+  `first_bad`, the usable night before it `last_good`, and every repository whose pin differs
+  between the two is a suspect (None on the side that lacks it). A test that failed on every
+  usable night is broken once it has `min_nights` of them (no last_good, no suspects).
+* Fewer than `min_nights` usable nights is insufficient, unless the verdict needs no more
+  history: a failed streak after a pass, or flaky evidence.
+* Otherwise the test is stable: a breakage that was fixed included.
+
+`in_quarantine`: a flaky test stays in quarantine until it has had `clean_nights` consecutive
+clean usable nights after its last evidence (a known-flaky test's failure on the newest night
+is evidence). A broken test is never in quarantine, so its failures gate the night.
+
+`Observation.earlier` holds only the earlier runs of the night that were not infra failures
+themselves (the caller checks each run's suite tallies with `infra_nights`): a runner crash
+followed by a good re-run is not flaky evidence.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, field
+from typing import Literal
+
+State = Literal["stable", "flaky", "broken", "insufficient"]
+RAN = frozenset({"passed", "failed", "error"})  # skipped (or collect-only "collected") is no evidence
+MIN_BLIPS = 2  # one-night failures that make a test flaky without same-commit evidence
+SHOWN = 3  # pieces of evidence a reason names
+
+
+class Pins(Mapping[str, str]):
+    """Repo -> sha of one night: immutable, hashable, equal when the same commits are pinned."""
+
+    __slots__ = ("_pins",)
+
+    def __init__(self, pins: Mapping[str, str] | Iterable[tuple[str, str]] = ()) -> None:
+        self._pins = dict(sorted(dict(pins).items()))  # sorted: equal pins hash alike
+
+    def __getitem__(self, repo: str) -> str:
+        return self._pins[repo]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._pins)
+
+    def __len__(self) -> int:
+        return len(self._pins)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Pins):
+            return self._pins == other._pins
+        return isinstance(other, Mapping) and self._pins == dict(other)
+
+    def __hash__(self) -> int:
+        return hash(tuple(self._pins.items()))
+
+    def __repr__(self) -> str:
+        return f"Pins({self._pins!r})"
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One test on one night: its final run's outcome and attempts, the outcomes of the night's
+    earlier runs (re-runs with the same pins, oldest first, infra runs left out) and the pins
+    (any mapping; kept as `Pins`)."""
+
+    night: dt.date
+    pins: Mapping[str, str]
+    outcome: str  # "passed" | "failed" | "error" | "skipped" (or "collected": no evidence either)
+    attempts: int = 1
+    earlier: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.pins, Pins):
+            object.__setattr__(self, "pins", Pins(self.pins))
+
+
+def infra_nights(
+    tallies: Mapping[dt.date, tuple[int, int]], share: float = 0.5, *, max_outage_nights: int = 3
+) -> set[dt.date]:
+    """The nights one suite failed wholesale: at least `share` of the tests that ran (ran, failed
+    or errored in `tallies`) failed, or none ran. A wholesale failure that has lasted more than
+    `max_outage_nights` up to the newest night is no outage but a suite-wide breakage (a commit
+    broke the suite): those nights are left in, so its tests are reported broken."""
+    wholesale = {night for night, (ran, failed) in tallies.items() if failed >= share * ran}
+    newest_first = sorted(tallies, reverse=True)
+    ongoing = next((i for i, night in enumerate(newest_first) if night not in wholesale), len(tallies))
+    if ongoing > max_outage_nights:
+        wholesale.difference_update(newest_first[:ongoing])
+    return wholesale
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One test's classification over its history, with why and, when broken, where."""
+
+    state: State
+    reason: str  # one line: why
+    first_bad: dt.date | None = None  # broken: the first night of the failed streak
+    last_good: dt.date | None = None  # broken: the usable night before it (None: never passed)
+    # broken: repo -> (sha on last_good, sha on first_bad) of every repo whose pin changed
+    suspects: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)
+    flaky_evidence: int = 0  # independent pieces of flaky evidence (blips included)
+    pass_rate: float | None = None  # passed runs / runs over the usable nights
+
+
+@dataclass(frozen=True)
+class _Night:
+    """One usable night of one test."""
+
+    night: dt.date
+    pins: Mapping[str, str]
+    runs: int  # the final run and the earlier ones
+    passes: int  # runs that ended passed (after retries or not)
+    retried: bool  # the final run passed after failed attempts
+
+    @property
+    def failed(self) -> bool:  # every attempt of every run
+        return self.passes == 0
+
+    @property
+    def clean(self) -> bool:
+        return self.passes == self.runs and not self.retried
+
+
+@dataclass(frozen=True)
+class _Evidence:
+    at: int  # index of the usable night that showed it
+    text: str
+    blip: bool = False
+
+
+def _usable(history: Sequence[Observation], infra: AbstractSet[dt.date]) -> list[_Night]:
+    nights = []
+    for obs in history:
+        if obs.outcome not in RAN or obs.night in infra:
+            continue
+        outcomes = [*(o for o in obs.earlier if o in RAN), obs.outcome]
+        passes = sum(o == "passed" for o in outcomes)
+        retried = obs.outcome == "passed" and obs.attempts > 1
+        nights.append(_Night(obs.night, obs.pins, len(outcomes), passes, retried))
+    return nights
+
+
+def _span(first: dt.date, last: dt.date) -> str:
+    return f"{first}→{last:%d}" if (first.year, first.month) == (last.year, last.month) else f"{first}→{last}"
+
+
+def _evidence(nights: Sequence[_Night]) -> list[_Evidence]:
+    found = []
+    for i, night in enumerate(nights):
+        if night.retried:
+            found.append(_Evidence(i, f"passed on retry on {night.night}"))
+        if 0 < night.passes < night.runs:
+            found.append(_Evidence(i, f"re-runs disagreed on {night.night}"))
+        if i == 0:
+            continue
+        before = nights[i - 1]
+        if before.failed != night.failed and before.pins == night.pins:
+            found.append(_Evidence(i, f"flipped with unchanged commits {_span(before.night, night.night)}"))
+        elif before.failed and not night.failed and i >= 2:
+            prior = nights[i - 2]  # a blip, unless the flip into it (unchanged pins) counted already
+            if not prior.failed and prior.pins != before.pins:
+                found.append(_Evidence(i, str(before.night), blip=True))
+    return found
+
+
+def _is_flaky(evidence: Sequence[_Evidence]) -> bool:
+    return any(not e.blip for e in evidence) or sum(e.blip for e in evidence) >= MIN_BLIPS
+
+
+def _describe(evidence: Sequence[_Evidence]) -> str:
+    parts = [e.text for e in evidence if not e.blip]
+    blips = [e.text for e in evidence if e.blip]
+    if blips:
+        parts.append(f"failed single nights {', '.join(blips[:SHOWN])}{' ...' if len(blips) > SHOWN else ''}")
+    more = len(parts) - SHOWN
+    return "; ".join(parts[:SHOWN]) + (f"; {more} more" if more > 0 else "")
+
+
+def _broken(
+    nights: Sequence[_Night], start: int, evidence: Sequence[_Evidence], pass_rate: float | None
+) -> Verdict:
+    first_bad, streak = nights[start], len(nights) - start
+    failing = f"failed every attempt on {streak} night{'s' * (streak > 1)} since {first_bad.night}"
+    if start == 0:
+        return Verdict("broken", f"{failing}; never passed", first_bad.night, pass_rate=pass_rate)
+    last_good = nights[start - 1]
+    suspects = {
+        repo: (last_good.pins.get(repo), first_bad.pins.get(repo))
+        for repo in sorted({*last_good.pins, *first_bad.pins})
+        if last_good.pins.get(repo) != first_bad.pins.get(repo)
+    }
+    changed = ", ".join(
+        f"{repo} {old and old[:10]}→{new and new[:10]}" for repo, (old, new) in suspects.items()
+    )
+    reason = f"{failing}; last passed {last_good.night}; " + (
+        f"changed: {changed}" if changed else "no pinned commit changed (the environment?)"
+    )
+    if evidence:
+        reason += f"; flaky before ({len(evidence)} piece{'s' * (len(evidence) > 1)} of evidence)"
+    return Verdict("broken", reason, first_bad.night, last_good.night, suspects, len(evidence), pass_rate)
+
+
+def classify(
+    history: Sequence[Observation], *, infra: AbstractSet[dt.date] = frozenset(), min_nights: int = 3
+) -> Verdict:
+    """One test's verdict over its history (oldest night first, one observation a night)."""
+    nights = _usable(history, infra)
+    evidence = _evidence(nights)
+    flaky = _is_flaky(evidence)
+    runs = sum(n.runs for n in nights)
+    pass_rate = sum(n.passes for n in nights) / runs if runs else None
+    start = len(nights)
+    while start and nights[start - 1].failed:
+        start -= 1
+    streak = len(nights) - start
+    if streak and (start or len(nights) >= min_nights) and (streak >= 2 or not flaky):
+        return _broken(nights, start, evidence, pass_rate)
+    if flaky:
+        reason = _describe(evidence)
+        if streak:
+            reason = f"failed every attempt on {nights[-1].night}, one night of a flaky test; {reason}"
+        return Verdict("flaky", reason, flaky_evidence=len(evidence), pass_rate=pass_rate)
+    left_out = (
+        f"; {len(history) - len(nights)} infra or skipped left out" if len(history) > len(nights) else ""
+    )
+    if len(nights) < min_nights:
+        reason = f"{len(nights)} usable nights, {min_nights} needed{left_out}"
+        return Verdict("insufficient", reason, flaky_evidence=len(evidence), pass_rate=pass_rate)
+    reason = f"passed {sum(n.passes for n in nights)} of {runs} runs over {len(nights)} nights{left_out}"
+    if evidence:  # one blip
+        reason += f"; failed single night {evidence[0].text} (one is not flaky)"
+    return Verdict("stable", reason, flaky_evidence=len(evidence), pass_rate=pass_rate)
+
+
+def in_quarantine(
+    history: Sequence[Observation], *, clean_nights: int, infra: AbstractSet[dt.date] = frozenset()
+) -> bool:
+    """Whether a flaky test is still quarantined: fewer than `clean_nights` consecutive clean
+    usable nights since its last flaky evidence. Stable, broken and insufficient tests never are."""
+    if classify(history, infra=infra).state != "flaky":
+        return False
+    nights = _usable(history, infra)
+    last = max((e.at for e in _evidence(nights)), default=0)
+    if nights[-1].failed:  # a flaky test's failure tonight: a flake until it is broken
+        last = len(nights) - 1
+    run = best = 0
+    for night in nights[last + 1 :]:
+        run = run + 1 if night.clean else 0
+        best = max(best, run)
+    return best < clean_nights

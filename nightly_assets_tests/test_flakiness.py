@@ -1,0 +1,175 @@
+"""Tests for nightly_assets.testing.flakiness: hand-written histories of one test, each asserting
+the verdict (state, dates, suspects, evidence) the module's rules give."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from nightly_assets.testing.flakiness import Observation, Pins, classify, in_quarantine, infra_nights
+
+START = dt.date(2026, 11, 1)
+
+
+def day(n: int) -> dt.date:
+    return START + dt.timedelta(days=n)
+
+
+def history(outcomes: str, *, moving: bool = True, **changes: Observation) -> list[Observation]:
+    """One night per letter (P passed, F failed, E error, S skipped), pins moving every night
+    (plugin) unless `moving` is false; `changes` replaces night n's observation (key `n<N>`)."""
+    names = {"P": "passed", "F": "failed", "E": "error", "S": "skipped"}
+    nights = []
+    for n, letter in enumerate(outcomes):
+        pins = {"plugin": f"p{n if moving else 0}", "jax": "j0"}
+        nights.append(changes.get(f"n{n}", Observation(day(n), pins, names[letter])))
+    return nights
+
+
+def at(
+    n: int, outcome: str, *, plugin: int | None = None, attempts: int = 1, earlier: tuple[str, ...] = ()
+) -> Observation:
+    """Night n's observation, the plugin pinned at `p<plugin>` (default: `p<n>`, as `history`)."""
+    pins = {"plugin": f"p{n if plugin is None else plugin}", "jax": "j0"}
+    return Observation(day(n), pins, outcome, attempts, earlier)
+
+
+def test_pins_are_a_hashable_mapping_equal_whatever_the_order():
+    first, second = Pins({"jax": "a", "plugin": "b"}), Pins([("plugin", "b"), ("jax", "a")])
+    assert first == second == {"jax": "a", "plugin": "b"}
+    assert hash(first) == hash(second)
+    assert list(first) == ["jax", "plugin"]
+    assert isinstance(Observation(day(0), {"jax": "a"}, "passed").pins, Pins)
+
+
+def test_a_pass_after_a_retry_is_flaky():
+    verdict = classify(history("PPPPP", n2=at(2, "passed", attempts=3)))
+    assert verdict.state == "flaky"
+    assert verdict.reason == "passed on retry on 2026-11-03"
+    assert verdict.flaky_evidence == 1
+    assert (verdict.first_bad, verdict.last_good, verdict.suspects) == (None, None, {})
+    assert verdict.pass_rate == 1.0
+
+
+def test_a_re_run_that_disagrees_is_flaky_either_way_round():
+    passed_on_rerun = classify(history("PPPPP", n3=at(3, "passed", earlier=("failed",))))
+    assert passed_on_rerun.state == "flaky"
+    assert passed_on_rerun.reason == "re-runs disagreed on 2026-11-04"
+    assert passed_on_rerun.pass_rate == 5 / 6
+    # The newest night's re-run failed after a pass: no night failed every run, so not broken.
+    failed_on_rerun = classify(history("PPPPP", n4=at(4, "failed", earlier=("passed",))))
+    assert failed_on_rerun.state == "flaky"
+    assert failed_on_rerun.first_bad is None
+
+
+def test_a_flip_with_identical_pins_is_flaky_and_with_moved_pins_one_blip_is_not():
+    same_pins = history("PPFPP", n2=at(2, "failed", plugin=1))
+    verdict = classify(same_pins)
+    assert verdict.state == "flaky"
+    assert verdict.reason == "flipped with unchanged commits 2026-11-02→03"
+    assert verdict.flaky_evidence == 1
+    moved = classify(history("PPFPP"))
+    assert moved.state == "stable"
+    assert moved.flaky_evidence == 1
+    assert "failed single night 2026-11-03 (one is not flaky)" in moved.reason
+    assert classify(history("PFPPFP")).state == "flaky"  # two blips
+    assert "failed single nights 2026-11-02, 2026-11-05" in classify(history("PFPPFP")).reason
+
+
+def test_failing_every_attempt_from_a_night_with_a_changed_pin_is_broken_with_that_repo_as_suspect():
+    nights = [
+        at(0, "passed", plugin=0),
+        at(1, "passed", plugin=0),
+        at(2, "skipped", plugin=0),
+        at(3, "failed", plugin=1, attempts=3),  # plugin moved since the last good night; jax did not
+        at(4, "failed", plugin=2, attempts=3),
+    ]
+    verdict = classify(nights)
+    assert verdict.state == "broken"
+    assert (verdict.first_bad, verdict.last_good) == (day(3), day(1))
+    assert verdict.suspects == {"plugin": ("p0", "p1")}
+    assert verdict.reason.startswith(
+        "failed every attempt on 2 nights since 2026-11-04; last passed 2026-11-02"
+    )
+    assert verdict.flaky_evidence == 0
+    assert verdict.pass_rate == 0.5
+
+
+def test_a_new_failure_tonight_is_broken_and_a_repo_added_that_night_is_a_suspect():
+    tonight = Observation(day(4), {"plugin": "p4", "jax": "j0", "xla": "x1"}, "error")
+    verdict = classify([*history("PPPP"), tonight])
+    assert verdict.state == "broken"
+    assert (verdict.first_bad, verdict.last_good) == (day(4), day(3))
+    assert verdict.suspects == {"plugin": ("p3", "p4"), "xla": (None, "x1")}
+
+
+def test_a_flaky_test_failing_one_night_is_flaky_and_two_nights_broken():
+    flaky_past = {"n1": at(1, "passed", attempts=2)}
+    one_night = classify(history("PPPPF", **flaky_past))
+    assert one_night.state == "flaky"
+    assert one_night.reason.startswith("failed every attempt on 2026-11-05, one night of a flaky test")
+    two_nights = classify(history("PPPPFF", **flaky_past))
+    assert two_nights.state == "broken"
+    assert (two_nights.first_bad, two_nights.last_good) == (day(4), day(3))
+    assert two_nights.suspects == {"plugin": ("p3", "p4")}
+    assert two_nights.flaky_evidence == 1
+    assert two_nights.reason.endswith("flaky before (1 piece of evidence)")
+
+
+def test_a_failure_with_unchanged_pins_is_a_flake_for_one_night_and_broken_for_two():
+    assert classify(history("PPPPF", moving=False)).state == "flaky"
+    verdict = classify(history("PPPFF", moving=False))
+    assert verdict.state == "broken"
+    assert verdict.suspects == {}
+    assert "no pinned commit changed" in verdict.reason
+
+
+def test_infra_nights_are_no_evidence_and_neither_start_nor_break_a_streak():
+    assert classify(history("PPPPE")).state == "broken"
+    assert classify(history("PPPPE"), infra={day(4)}).state == "stable"
+    assert classify(history("PPFPP", moving=False), infra={day(2)}).state == "stable"
+    streak = classify(history("PPFPF"), infra={day(3)})
+    assert streak.state == "broken"
+    assert (streak.first_bad, streak.last_good) == (day(2), day(1))
+
+
+def test_infra_nights_are_wholesale_failures_but_not_a_breakage_still_going():
+    tallies = {day(0): (100, 1), day(1): (100, 90), day(2): (100, 2), day(3): (0, 0), day(4): (100, 0)}
+    assert infra_nights(tallies) == {day(1), day(3)}
+    assert infra_nights(tallies, share=0.95) == {day(3)}
+    broken_suite = {day(n): (100, 0 if n < 2 else 100) for n in range(6)}
+    assert infra_nights(broken_suite) == set()  # 4 nights and going: a commit broke the suite
+    assert infra_nights(broken_suite, max_outage_nights=4) == {day(n) for n in range(2, 6)}
+
+
+def test_quarantine_lasts_until_enough_consecutive_clean_nights():
+    flaky = {"n1": at(1, "passed", attempts=2)}
+    assert in_quarantine(history("PP", **flaky), clean_nights=3)
+    assert in_quarantine(history("PPPP", **flaky), clean_nights=3)
+    assert not in_quarantine(history("PPPPP", **flaky), clean_nights=3)
+    # a re-run disagreeing restarts the count; a known-flaky test's failure tonight counts too
+    rerun = {**flaky, "n4": at(4, "passed", earlier=("failed",))}
+    assert in_quarantine(history("PPPPPPP", **rerun), clean_nights=3)
+    assert not in_quarantine(history("PPPPPPPP", **rerun), clean_nights=3)
+    assert in_quarantine(history("PPPPPF", **flaky), clean_nights=3)
+    # never a stable or broken test
+    assert not in_quarantine(history("PPPPP"), clean_nights=3)
+    assert not in_quarantine(history("PPPPPFF", **flaky), clean_nights=3)
+
+
+def test_too_few_usable_nights_is_insufficient_unless_the_evidence_needs_no_history():
+    two = classify(history("PP"))
+    assert two.state == "insufficient"
+    assert two.reason == "2 usable nights, 3 needed"
+    skipped = classify(history("PSSPS"))
+    assert skipped.state == "insufficient"
+    assert skipped.reason == "2 usable nights, 3 needed; 3 infra or skipped left out"
+    assert classify(history("PPP", n1=at(1, "collected"))).state == "insufficient"  # collect-only
+    assert classify(history("")).pass_rate is None
+    assert classify(history("FF")).state == "insufficient"  # never passed, too new to say broken
+    never_passed = classify(history("FFF"))
+    assert never_passed.state == "broken"
+    assert (never_passed.first_bad, never_passed.last_good, never_passed.suspects) == (day(0), None, {})
+    since_a_pass = classify(history("PF"))
+    assert since_a_pass.state == "broken"
+    assert since_a_pass.suspects == {"plugin": ("p0", "p1")}
+    assert classify(history("P", n0=at(0, "passed", attempts=2))).state == "flaky"
