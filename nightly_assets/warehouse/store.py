@@ -28,7 +28,7 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from nightly_assets.results import BenchmarkResult, CheckOutcome, NightKey, Outcome, TestCase, TestReport
-from nightly_assets.warehouse import connection, history
+from nightly_assets.warehouse import connection, evidence, history
 from nightly_assets.warehouse.history import PassRate, TestRun, batches, is_key
 from nightly_assets.warehouse.rows import (
     COST_COLUMNS,
@@ -237,12 +237,14 @@ class Warehouse:
         table = cast(Table, TestCaseTable.__table__)
 
         def write(session: Session) -> None:
+            replaced = evidence.earlier_run(session, key, report.suite)
             for t in (SuiteTable, TestCaseTable):
                 session.execute(delete(t).where(*is_key(t, key), t.suite == report.suite))
             session.execute(insert(SuiteTable), [suite])
             # Core, not ORM: one executemany per batch, however the rows' NULLs alternate.
             for rows in batches(case_rows(key, report.suite, report.cases), WRITE_BATCH):
                 session.execute(insert(table), rows)
+            evidence.record(session, key, report, replaced)
 
         self._write(write)
 

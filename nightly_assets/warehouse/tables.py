@@ -138,6 +138,50 @@ class TestCaseTable(_Keyed, Base):
     test_key: Mapped[int | None] = mapped_column(BigInteger)
 
 
+class TestEvidenceTable(_Keyed, Base):
+    """Flaky evidence the final test_cases row cannot show, kept at write time so the flaky-test
+    queries find it through an index instead of scanning a window's passes: `retry`, a test that
+    passed after a retry (its suite's rows hold it too; replaced with them), and `rerun`, an
+    earlier run of the night whose outcome the newer run's disagrees with (`outcome` is the
+    earlier one's; kept when the suite is replaced: it is the night's history)."""
+
+    __test__ = False
+    __tablename__ = "test_evidence"
+    __table_args__ = (
+        Index("ix_test_evidence_key", "pipeline", "target", "night", "suite"),
+        _MYSQL_OPTIONS,
+    )
+
+    suite: Mapped[str] = mapped_column(String(NAME_LEN))
+    test_key: Mapped[int] = mapped_column(BigInteger)
+    kind: Mapped[str] = mapped_column(String(16))  # "retry" or "rerun"
+    outcome: Mapped[str] = mapped_column(String(16))
+
+
+class TestVerdictTable(_Keyed, Base):
+    """A test that was not plainly stable over the window ending on the key's night: its verdict
+    (flaky, broken or insufficient), why, whether its failures are in quarantine, and for a
+    broken test where it broke and the suspect commits (JSON: repo -> {good, bad, commits})."""
+
+    __test__ = False
+    __tablename__ = "test_verdicts"
+    __table_args__ = (
+        Index("ix_test_verdicts_key", "pipeline", "night", "target", "suite"),
+        _MYSQL_OPTIONS,
+    )
+
+    suite: Mapped[str] = mapped_column(String(NAME_LEN))
+    test_key: Mapped[int] = mapped_column(BigInteger)
+    test_id: Mapped[str] = mapped_column(LongText)
+    state: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str] = mapped_column(LongText)
+    pass_rate: Mapped[float | None] = mapped_column(Double)
+    quarantined: Mapped[bool]
+    first_bad: Mapped[dt.date | None] = mapped_column(Date)
+    last_good: Mapped[dt.date | None] = mapped_column(Date)
+    suspects: Mapped[str] = mapped_column(LongText)
+
+
 class BenchmarkTable(_Keyed, Base):
     __tablename__ = "benchmarks"
     __table_args__ = (
@@ -225,6 +269,8 @@ ALL_TABLES: tuple[type[Base], ...] = (
     StageTable,
     SuiteTable,
     TestCaseTable,
+    TestEvidenceTable,
+    TestVerdictTable,
     BenchmarkTable,
     RegressionTable,
     CostTable,

@@ -1,0 +1,186 @@
+"""Flaky-test evidence in the warehouse: what a suite's write keeps beside its test cases (retries
+that passed, re-runs of the night that disagree: `tables.TestEvidenceTable`), and the histories
+the flaky / broken classifier (`testing/flakiness.py`) reads, found through the indexes: only the
+tests that failed or left evidence in the window, each with its every night in it."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import delete, insert, null, select
+from sqlalchemy.orm import Session
+
+from nightly_assets.results import NightKey, TestReport, node_id_of
+from nightly_assets.testing.flakiness import Observation, infra_nights
+from nightly_assets.warehouse.history import FAILED, RAN, batches, is_key
+from nightly_assets.warehouse.tables import NightTable, SuiteTable, TestCaseTable, TestEvidenceTable, node_key
+
+INFRA_SHARE = 0.5  # a run in which this share of the tests that ran failed is an infra failure
+TestName = tuple[str, str]  # (suite, node id)
+
+
+def earlier_run(session: Session, key: NightKey, suite: str) -> dict[int, bool] | None:
+    """The run of the suite that a new report is about to replace: test key -> failed. None when
+    there is none, or it was an infra failure (its disagreement says nothing about any test)."""
+    t = TestCaseTable
+    rows = session.execute(
+        select(t.test_key, t.outcome).where(*is_key(t, key), t.suite == suite, t.outcome.in_(RAN))
+    ).all()
+    failed = {k: outcome in FAILED for k, outcome in rows if k is not None}
+    if not failed or sum(failed.values()) >= INFRA_SHARE * len(failed):
+        return None
+    return failed
+
+
+def record(session: Session, key: NightKey, report: TestReport, replaced: dict[int, bool] | None) -> None:
+    """Keep the report's retries that passed (replacing the suite's earlier ones) and, when it
+    replaces an earlier run, each test whose outcome that run disagrees with."""
+    t = TestEvidenceTable
+    session.execute(delete(t).where(*is_key(t, key), t.suite == report.suite, t.kind == "retry"))
+    ran = [c for c in report.cases if c.outcome in RAN]
+    infra = sum(c.outcome in FAILED for c in ran) >= INFRA_SHARE * len(ran) if ran else True
+    rows = []
+    night = {"pipeline": key.pipeline, "night": key.night, "target": key.target, "suite": report.suite}
+    for case in ran:
+        if case.outcome == "passed" and case.attempts > 1:
+            rows.append({**night, "test_key": node_key(case.node_id), "kind": "retry", "outcome": "failed"})
+        if replaced is not None and not infra:
+            test_key = node_key(case.node_id)
+            before = replaced.get(test_key)
+            if before is not None and before != (case.outcome in FAILED):
+                outcome = "failed" if before else "passed"
+                rows.append({**night, "test_key": test_key, "kind": "rerun", "outcome": outcome})
+    for chunk in batches(iter(rows), 5_000):
+        session.execute(insert(t), chunk)
+
+
+@dataclass
+class Histories:
+    """The tests of a window that may not be stable, each with its nights (oldest first)."""
+
+    nights: list[dt.date]  # the window: nights with test results, oldest first
+    tests: dict[TestName, list[Observation]] = field(default_factory=dict)
+    keys: dict[TestName, int] = field(default_factory=dict)
+    infra: dict[str, set[dt.date]] = field(default_factory=dict)  # per suite
+    pins: dict[dt.date, dict[str, str]] = field(default_factory=dict)
+
+
+def histories(
+    session: Session,
+    pipeline: str,
+    target: str,
+    *,
+    until: dt.date,
+    nights: int,
+    suites: Sequence[str] | None = None,
+    only: dict[str, list[int]] | None = None,
+) -> Histories:
+    """Over the last `nights` nights with results up to `until`: every test (of `suites`) that
+    failed, errored, passed on a retry or disagreed with a re-run on one of them (or the test keys
+    of `only`, per suite), with all its nights in the window, the night's pins and earlier runs."""
+    s = SuiteTable
+    in_suites = [s.suite.in_(list(suites))] if suites is not None else []
+    window = (
+        select(s.night)
+        .where(s.pipeline == pipeline, s.target == target, s.night <= until, *in_suites)
+        .group_by(s.night)
+        .order_by(s.night.desc())
+        .limit(nights)
+    )
+    days = sorted(session.scalars(window))
+    found = Histories(days)
+    if not days:
+        return found
+    first, last = days[0], days[-1]
+    n = NightTable
+    pins = select(n.night, n.pins).where(
+        n.pipeline == pipeline, n.target == target, n.night.between(first, last)
+    )
+    found.pins = {night: json.loads(text) for night, text in session.execute(pins)}
+    found.infra = _infra(session, pipeline, target, first, last, suites)
+    e = TestEvidenceTable
+    in_window = [e.pipeline == pipeline, e.target == target, e.night.between(first, last)]
+    if suites is not None:
+        in_window.append(e.suite.in_(list(suites)))
+    evidence = session.execute(
+        select(e.suite, e.test_key, e.night, e.kind, e.outcome).where(*in_window)
+    ).all()
+    candidates = only if only is not None else _candidates(session, pipeline, target, days, suites, evidence)
+    earlier: dict[tuple[str, int, dt.date], list[str]] = {}
+    for row in evidence:
+        if row.kind == "rerun":
+            earlier.setdefault((row.suite, row.test_key, row.night), []).append(row.outcome)
+    t = TestCaseTable
+    for suite, keys in candidates.items():
+        for chunk in batches(iter(sorted(set(keys))), 500):
+            rows = session.execute(
+                select(t.night, t.test_key, t.classname, t.name, t.outcome, t.attempts)
+                .where(
+                    t.pipeline == pipeline,
+                    t.suite == suite,
+                    t.test_key.in_(chunk),
+                    t.night.between(first, last),
+                    t.target == target,
+                )
+                .order_by(t.night)
+            )
+            for night, key_, classname, name, outcome, attempts in rows:
+                if key_ is None:
+                    continue  # a row of an older warehouse not migrated yet
+                test = (suite, node_id_of(classname, name))
+                found.keys[test] = key_
+                found.tests.setdefault(test, []).append(
+                    Observation(
+                        night,
+                        found.pins.get(night, {}),
+                        outcome,
+                        attempts,
+                        tuple(earlier.get((suite, key_, night), ())),
+                    )
+                )
+    return found
+
+
+def _candidates(
+    session: Session,
+    pipeline: str,
+    target: str,
+    days: list[dt.date],
+    suites: Sequence[str] | None,
+    evidence: Iterable[Any],
+) -> dict[str, list[int]]:
+    """Per suite, the keys of the tests that failed in the window (through the outcome index) or
+    left evidence in it."""
+    t = TestCaseTable
+    failing = select(t.suite, t.test_key).where(
+        t.pipeline == pipeline, t.target == target, t.night.in_(days), t.outcome.in_(FAILED)
+    )
+    if suites is not None:
+        failing = failing.where(t.suite.in_(list(suites)))
+    found: dict[str, set[int]] = {}
+    for suite, key_ in session.execute(failing.group_by(t.suite, t.test_key).order_by(null())):
+        if key_ is not None:
+            found.setdefault(suite, set()).add(key_)
+    for row in evidence:
+        found.setdefault(row.suite, set()).add(row.test_key)
+    return {suite: sorted(keys) for suite, keys in found.items()}
+
+
+def _infra(
+    session: Session, pipeline: str, target: str, first: dt.date, last: dt.date, suites: Sequence[str] | None
+) -> dict[str, set[dt.date]]:
+    """Per suite, the nights of the window it failed wholesale (see flakiness.infra_nights)."""
+    s = SuiteTable
+    query = select(s.suite, s.night, s.passed, s.failed, s.error).where(
+        s.pipeline == pipeline, s.target == target, s.night.between(first, last), s.collect_only.is_(False)
+    )
+    if suites is not None:
+        query = query.where(s.suite.in_(list(suites)))
+    tallies: dict[str, dict[dt.date, tuple[int, int]]] = {}
+    for suite, night, passed, failed, error in session.execute(query):
+        tallies.setdefault(suite, {})[night] = (passed + failed + error, failed + error)
+    return {suite: infra_nights(by_night, INFRA_SHARE) for suite, by_night in tallies.items()}
