@@ -14,7 +14,7 @@ import dagster as dg
 
 from nightly_assets.catalog.loader import catalog_dir, load_catalog
 from nightly_assets.pipelines import build_pipeline
-from nightly_assets.reporting.sensors import build_alert_sensors
+from nightly_assets.reporting.sensors import build_alert_sensors, build_missing_night_sensor
 from nightly_assets.resources import resources_for
 from nightly_assets.settings import nightly_env, nightly_home
 from nightly_assets.tpu.sensors import build_tpu_sweeper_sensor
@@ -30,13 +30,15 @@ def build_definitions(directory: Path | None = None) -> dg.Definitions:
     directory = directory or catalog_dir()
     catalog = load_catalog(directory)
     env = nightly_env()
-    pipelines = [build_pipeline(catalog, directory, p, env) for p in catalog.pipelines.values()]
+    by_name = {name: build_pipeline(catalog, directory, p, env) for name, p in catalog.pipelines.items()}
+    pipelines = list(by_name.values())
     return dg.Definitions(
         assets=[a for p in pipelines for a in p.assets],
         jobs=[j for p in pipelines for j in p.jobs] + [p.pr_job for p in pipelines if p.pr_job],
         schedules=[p.schedule for p in pipelines],
         sensors=[
             *build_alert_sensors(catalog, [p.summary_job for p in pipelines]),
+            build_missing_night_sensor(catalog, {name: p.schedule for name, p in by_name.items()}),
             *(p.pr_sensor for p in pipelines if p.pr_sensor),
             build_tpu_sweeper_sensor(catalog, env == "prod"),
         ],

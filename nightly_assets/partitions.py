@@ -38,6 +38,11 @@ def night_key(pipeline: str, key: str | dg.MultiPartitionKey) -> NightKey:
     return NightKey(pipeline, dt.date.fromisoformat(dims[NIGHT]), dims[TARGET])
 
 
+def night_of_tick(tick: dt.datetime) -> dt.date:
+    """The night a schedule tick runs: the UTC day that ended before the tick."""
+    return tick.astimezone(dt.UTC).date() - dt.timedelta(days=1)
+
+
 def night_end(night: dt.date) -> dt.datetime:
     """The instant a night's sources are pinned at: midnight UTC after the night."""
     return dt.datetime.combine(night + dt.timedelta(days=1), dt.time(), tzinfo=dt.UTC)

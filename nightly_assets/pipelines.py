@@ -1,7 +1,6 @@
 """Catalog -> Dagster: each pipeline's stage assets, its nightly and summary jobs, its schedule, and
 its PR tier (a PR job and the label sensor that starts it) when it has a PR label."""
 
-import datetime as dt
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -10,7 +9,7 @@ import dagster as dg
 
 from nightly_assets.catalog.models import Catalog, Pipeline
 from nightly_assets.github.sensors import build_pr_label_sensor
-from nightly_assets.partitions import partition_key, pipeline_partitions
+from nightly_assets.partitions import night_of_tick, partition_key, pipeline_partitions
 from nightly_assets.reporting.alerts import PIPELINE_TAG
 from nightly_assets.reporting.sensors import summary_job_name
 from nightly_assets.stage_kinds import stage_kind
@@ -92,7 +91,7 @@ def _night_schedule(
         description=f"Runs the night that just ended, one run per target ({pipeline.cron} UTC).",
     )
     def _schedule(context: dg.ScheduleEvaluationContext) -> list[dg.RunRequest]:
-        night = context.scheduled_execution_time.astimezone(dt.UTC).date() - dt.timedelta(days=1)
+        night = night_of_tick(context.scheduled_execution_time)
         return [
             dg.RunRequest(run_key=f"{night.isoformat()}|{t.name}", partition_key=partition_key(night, t.name))
             for t in pipeline.targets

@@ -131,6 +131,13 @@ def _asset(graph: Any, key: dg.AssetKey) -> dict[str, Any]:
     for name in ("code_version", "automation_condition", "backfill_policy"):
         if getattr(node, name) is not None:
             rendered[name] = str(getattr(node, name))
+    policy = node.freshness_policy
+    if policy is not None:  # the night summaries' CronFreshnessPolicy
+        rendered["freshness_policy"] = {
+            "deadline_cron": policy.deadline_cron,
+            "lower_bound": str(policy.lower_bound_delta),
+            "timezone": policy.timezone,
+        }
     return rendered
 
 

@@ -29,6 +29,8 @@ def test_builtin_catalog_has_the_seed_values():
     }
     dynamo = catalog.pipelines["dynamo"]
     assert dynamo.cron == "0 8 * * *"
+    assert dynamo.thresholds.summary_deadline_hours == 12  # the default
+    assert dynamo.summary_deadline_cron() == "0 20 * * *"
     unit = dynamo.stage("tests_unit").suite
     assert unit.markers == "unit and (nightly or post_merge or pre_merge)" and unit.timeout_minutes == 45
     assert dynamo.stage("tests_e2e_gpu_2").suite.timeout_minutes == 150
@@ -54,6 +56,21 @@ def test_builtin_catalog_has_the_seed_values():
             "stages[3:tests_unit].suite.timeout_minutes: Input should be greater than 0 (got -5)",
         ),
         ("dynamo", lambda d: d.update(cron="every night"), "cron: String should match pattern"),
+        (  # the summary's deadline is the cron moved later: one fixed time a day
+            "dynamo",
+            lambda d: d.update(cron="*/30 8 * * *"),
+            "cron: expected a fixed minute and hour (one night run a day), got '*/30 8 * * *'",
+        ),
+        (
+            "dynamo",
+            lambda d: d.update(cron="0 20 * * 1-5"),
+            "thresholds.summary_deadline_hours: a summary due past midnight needs a cron that runs every day",
+        ),
+        (
+            "demo",
+            lambda d: d["thresholds"].update(summary_deadline_hours=0),
+            "thresholds.summary_deadline_hours: Input should be greater than or equal to 1 (got 0)",
+        ),
         (
             "dynamo",
             lambda d: d["targets"].append({"name": "vllm-amd64"}),

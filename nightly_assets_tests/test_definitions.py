@@ -130,6 +130,22 @@ def test_schedule_requests_one_run_per_target_for_the_night_that_ended(defs, gra
     assert len({r.run_key for r in requests}) == len(keys)
 
 
+def test_night_summaries_are_due_twelve_hours_after_their_schedule_tick(graph):
+    """Each summary's freshness policy: Dagster's freshness daemon shows the asset stale in the UI
+    once a tick's summary is late (the `missing_night_alerts` sensor alerts per night)."""
+    policies = {
+        key.to_user_string(): graph.get(key).freshness_policy
+        for key in graph.get_all_asset_keys()
+        if graph.get(key).freshness_policy is not None
+    }
+    pipelines = {key.path[0] for key in graph.get_all_asset_keys()}
+    assert set(policies) == {f"{p}/night_summary" for p in pipelines}
+    twelve_hours = dt.timedelta(hours=12)
+    assert policies["demo/night_summary"] == dg.FreshnessPolicy.cron("0 15 * * *", twelve_hours)  # 0 3 * * *
+    assert policies["dynamo/night_summary"] == dg.FreshnessPolicy.cron("0 20 * * *", twelve_hours)  # 0 8
+    assert policies["jax_rocm_rbe/night_summary"] == dg.FreshnessPolicy.cron("0 14 * * *", twelve_hours)
+
+
 def test_checks_are_evaluated_per_night_and_target(graph):
     """Partitioned checks: the UI's check history names the night each result judged."""
     for check_key in graph.asset_check_keys:

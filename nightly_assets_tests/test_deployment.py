@@ -256,7 +256,7 @@ def test_a_typo_in_the_launcher_config_is_caught(key: str, typo: str) -> None:
 def test_queue_pools_and_retries_match_the_embedded_instance() -> None:
     local = yaml.safe_load(LOCAL_YAML.read_text())
     deploy = _deploy_config()
-    for key in ("run_coordinator", "concurrency", "run_retries", "telemetry"):
+    for key in ("run_coordinator", "concurrency", "run_retries", "freshness", "telemetry"):
         assert deploy[key] == local[key], f"{key} differs from {LOCAL_YAML}"
 
 

@@ -204,6 +204,8 @@ class Thresholds(StrictModel):
     flaky_share_max: float = Field(default=0.05, ge=0, le=1)
     in_scope_share_min: float | None = Field(default=None, ge=0, le=1)
     cost_budget_usd: float | None = Field(default=None, gt=0)
+    # A night's summary is due this long after the schedule's tick; later, the night is missing.
+    summary_deadline_hours: int = Field(default=12, ge=1, le=24)
 
     @model_validator(mode="before")
     @classmethod
@@ -271,7 +273,24 @@ class Pipeline(StrictModel):
                     raise ValueError(f"stage '{stage.name}' builds from unknown repository {repo!r}")
         if self.github is not None and self.github.pr_label is not None:
             self.pr_stage()  # named and a test suite
+        self.summary_deadline_cron()  # a cron the summary's freshness policy can take
         return self
+
+    def summary_deadline_cron(self) -> str:
+        """When a night's summary is due: the schedule's cron, `thresholds.summary_deadline_hours`
+        later (a night runs once a day, at a fixed minute and hour)."""
+        minute, hour, *days = self.cron.split()
+        if not (minute.isdigit() and hour.isdigit()):
+            raise ValueError(
+                f"cron: expected a fixed minute and hour (one night run a day), got {self.cron!r}"
+            )
+        later = int(hour) + self.thresholds.summary_deadline_hours
+        if later >= 24 and days != ["*", "*", "*"]:
+            raise ValueError(
+                "thresholds.summary_deadline_hours: a summary due past midnight needs a cron that runs "
+                f"every day, got {self.cron!r}"
+            )
+        return " ".join([minute, str(later % 24), *days])
 
     def pr_stage(self) -> Stage:
         """The test_suite stage the PR tier runs (github.pr_stage, else the first test suite)."""

@@ -13,20 +13,21 @@ from pydantic import Field
 
 @dataclass(frozen=True)
 class Alert:
-    """One thing a release engineer should hear about: a failed run, a failed check."""
+    """One thing a release engineer should hear about: a failed run, a failed check, a missing night."""
 
     pipeline: str
     partition: str
     severity: str  # "error" or "warn"
     title: str
-    run_id: str
+    run_id: str  # "" for a night no run summarized
     channel: str
     lines: list[str] = field(default_factory=list)
 
     def text(self) -> str:
         icon = ":rotating_light:" if self.severity == "error" else ":warning:"
         body = "\n".join(f"• {line}" for line in self.lines)
-        return f"{icon} *{self.title}* ({self.pipeline} {self.partition}, run {self.run_id[:8]})\n{body}"
+        run = f", run {self.run_id[:8]}" if self.run_id else ""
+        return f"{icon} *{self.title}* ({self.pipeline} {self.partition}{run})\n{body}"
 
 
 class NotifierResource(dg.ConfigurableResource):

@@ -6,6 +6,7 @@ a schedule, the CLI, an asset group's "Materialize", a UI backfill or a re-execu
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import dagster as dg
@@ -23,6 +24,7 @@ from nightly_assets.reporting.follow_up import (
     runs_to_follow_up_again,
     summary_requests,
 )
+from nightly_assets.reporting.missing_nights import alert_missing_nights
 from nightly_assets.reporting.resources import NotifierResource
 from nightly_assets.warehouse.resources import WarehouseResource
 
@@ -32,6 +34,7 @@ if TYPE_CHECKING:  # what dg.define_asset_job returns; the class is not exported
 REPAIR_TAG = "nightly/repair_of"
 FOLLOW_UP_INTERVAL_S = 10  # how soon after a run ends its alerts go out (cheap: a cursor query)
 REPAIR_INTERVAL_S = 300
+MISSING_NIGHT_INTERVAL_S = 300  # a deadline is a whole minute; an alert 5 minutes late is on time
 
 
 def summary_job_name(pipeline: str) -> str:
@@ -147,3 +150,39 @@ def build_alert_sensors(
         return requests or dg.SkipReason("no night is left running")
 
     return [*followers, night_status_repair]
+
+
+def build_missing_night_sensor(
+    catalog: Catalog, schedules: Mapping[str, dg.ScheduleDefinition]
+) -> dg.SensorDefinition:
+    """`schedules`: each pipeline's night schedule, by pipeline name."""
+
+    @dg.sensor(
+        name="missing_night_alerts",
+        minimum_interval_seconds=MISSING_NIGHT_INTERVAL_S,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description="Alerts once on a night with no summary by its deadline (the schedule's tick + "
+        "thresholds.summary_deadline_hours), naming the likely cause: the schedule was off, the "
+        "daemon down at its tick, or the night's run ended without a summary.",
+    )
+    def missing_night_alerts(
+        context: dg.SensorEvaluationContext, notifier: NotifierResource
+    ) -> dg.SensorResult:
+        origin = context.code_location_origin
+        judged = alert_missing_nights(
+            context.instance,
+            catalog,
+            schedules,
+            context.cursor,
+            notifier,
+            location=origin.location_name if origin else None,
+        )
+        for title, why in judged.unsent.items():
+            context.log.error(f"alert {title!r} was not sent ({why}); the next evaluation sends it again")
+        alerted = "; ".join(a.title for a in judged.sent)
+        return dg.SensorResult(
+            cursor=judged.cursor,
+            skip_reason=f"alerted: {alerted}" if alerted else "no night missed its summary's deadline",
+        )
+
+    return missing_night_alerts

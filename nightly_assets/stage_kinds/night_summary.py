@@ -8,6 +8,7 @@ import dagster as dg
 
 from nightly_assets.artefacts.resources import ArtefactError, ArtefactStoreResource
 from nightly_assets.catalog.models import GitHub as GitHubSettings
+from nightly_assets.catalog.models import Pipeline
 from nightly_assets.github.client import GitHubError
 from nightly_assets.github.resources import GitHubResource
 from nightly_assets.reporting.summary import night_summary
@@ -23,7 +24,7 @@ def build_night_summary_asset(spec: StageSpec) -> dg.AssetsDefinition:
     github_settings = spec.pipeline.github
     report_issue = github_settings is not None and github_settings.issue_on_failure
 
-    @dg.asset(**spec.asset_args())
+    @dg.asset(**spec.asset_args(freshness_policy=summary_freshness_policy(spec.pipeline)))
     def _night_summary(
         context: dg.AssetExecutionContext,
         artefacts: ArtefactStoreResource,
@@ -69,6 +70,18 @@ def build_night_summary_asset(spec: StageSpec) -> dg.AssetsDefinition:
         )
 
     return _night_summary
+
+
+def summary_freshness_policy(pipeline: Pipeline) -> dg.FreshnessPolicy:
+    """A night's summary materializes between the schedule's tick and `summary_deadline_hours`
+    later. Dagster's freshness daemon judges the asset as a whole (its latest materialization of
+    any night or target) and alerts only in Dagster+: the `missing_night_alerts` sensor judges each
+    night x target by the same deadline and alerts."""
+    return dg.FreshnessPolicy.cron(
+        deadline_cron=pipeline.summary_deadline_cron(),
+        lower_bound_delta=dt.timedelta(hours=pipeline.thresholds.summary_deadline_hours),
+        timezone="UTC",
+    )
 
 
 KIND = StageKind(

@@ -1,0 +1,213 @@
+"""Missing nights: a night whose summary did not materialize by its deadline, the schedule's tick
+plus the pipeline's `thresholds.summary_deadline_hours` (the summary asset's freshness policy).
+
+No run-status sensor hears of a night whose run never started (the schedule was off, the daemon
+was down at its tick), and Dagster's freshness state is the whole asset's (its latest
+materialization of any night or target), not each night x target's. So each night is judged here,
+once, when its deadline passes: the deadline from the pipeline's cron, and each target's summary
+partition from Dagster's materializations. The alert says why the night is likely missing.
+"""
+
+import datetime as dt
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import dagster as dg
+
+# Not in Dagster's public API: schedule states and ticks, the scheduler's own cron iteration, and
+# the clock its freshness daemon reads (dagster's freeze_time sets it in tests).
+from dagster._core.scheduler.instigation import (
+    InstigatorState,
+    InstigatorStatus,
+    InstigatorType,
+    TickStatus,
+)
+from dagster._time import get_current_datetime
+from dagster._utils.schedules import cron_string_iterator
+
+from nightly_assets.catalog.models import Catalog, Pipeline
+from nightly_assets.partitions import night_of_tick, partition_key
+from nightly_assets.reporting.alerts import PIPELINE_TAG, brief
+from nightly_assets.reporting.follow_up import send_alerts, summary_stage
+from nightly_assets.reporting.resources import Alert, NotifierResource
+
+PARTITION_TAG = "dagster/partition"
+FIRST_LOOKBACK = dt.timedelta(days=1)  # a new sensor (or a reset cursor) judges the latest night
+MAX_LOOKBACK = dt.timedelta(days=7)  # after a longer outage, older nights are not alerted one by one
+
+
+@dataclass(frozen=True)
+class DueNight:
+    """A night whose summaries were due: the schedule tick that runs it, and its deadline (UTC)."""
+
+    pipeline: Pipeline
+    night: dt.date
+    tick: dt.datetime
+    deadline: dt.datetime
+
+
+@dataclass(frozen=True)
+class Judged:
+    """What one evaluation did: the sensor's next cursor, the alerts sent and the ones not sent."""
+
+    cursor: str
+    sent: list[Alert]
+    unsent: dict[str, str]  # title -> why; that night is judged again on the next evaluation
+
+
+def alert_missing_nights(
+    instance: dg.DagsterInstance,
+    catalog: Catalog,
+    schedules: Mapping[str, dg.ScheduleDefinition],
+    cursor: str | None,
+    notifier: NotifierResource,
+    location: str | None = None,
+) -> Judged:
+    """Judge every night whose deadline passed since the cursor (per pipeline: the last deadline
+    judged) and alert on each missing one; `location` picks the code location's schedule states."""
+    now = get_current_datetime()
+    judged: dict[str, str] = json.loads(cursor) if cursor else {}
+    states = schedule_states(instance, location)
+    sent: list[Alert] = []
+    unsent: dict[str, str] = {}
+    for pipeline in catalog.pipelines.values():
+        schedule = schedules[pipeline.name]
+        state = states.get(schedule.name)
+        summary = dg.AssetKey([pipeline.name, summary_stage(catalog, pipeline.name)])
+        expected = meant_to_run(schedule, state)  # a schedule off by design misses no night
+        for due in due_nights(pipeline, _since(judged.get(pipeline.name), now), now):
+            alert = missing_night_alert(instance, summary, due, schedule, state) if expected else None
+            if alert is not None:
+                failed = send_alerts([alert], notifier)
+                if failed:
+                    unsent[alert.title] = failed[0]
+                    break  # the pipeline's cursor stays before this night
+                sent.append(alert)
+            judged[pipeline.name] = due.deadline.isoformat()
+    return Judged(json.dumps(judged, sort_keys=True), sent, unsent)
+
+
+def _since(last_judged: str | None, now: dt.datetime) -> dt.datetime:
+    if last_judged is None:
+        return now - FIRST_LOOKBACK
+    return max(dt.datetime.fromisoformat(last_judged), now - MAX_LOOKBACK)
+
+
+def due_nights(pipeline: Pipeline, after: dt.datetime, until: dt.datetime) -> list[DueNight]:
+    """The pipeline's nights whose summary deadline falls in (after, until], oldest first."""
+    window = dt.timedelta(hours=pipeline.thresholds.summary_deadline_hours)
+    due: list[DueNight] = []
+    for tick in cron_string_iterator((after - window).timestamp(), pipeline.cron, "UTC"):
+        deadline = tick + window
+        if deadline > until:
+            break
+        night = night_of_tick(tick)
+        if deadline > after and night >= pipeline.start_date:
+            due.append(DueNight(pipeline, night, tick, deadline))
+    return due
+
+
+def missing_night_alert(
+    instance: dg.DagsterInstance,
+    summary: dg.AssetKey,
+    due: DueNight,
+    schedule: dg.ScheduleDefinition,
+    state: InstigatorState | None,
+) -> Alert | None:
+    """The alert for a night some target of which has no summary; None when every target has one."""
+    targets = [t.name for t in due.pipeline.targets if not _summarized(instance, summary, due.night, t.name)]
+    if not targets:
+        return None
+    pipeline = due.pipeline
+    night = due.night.isoformat()
+    hours = pipeline.thresholds.summary_deadline_hours
+    return Alert(
+        pipeline.name,
+        night,
+        "error",
+        f"{pipeline.name} night {night} is missing",
+        "",
+        pipeline.notify_channel,
+        [
+            f"no summary of {', '.join(targets)} by its deadline {due.deadline:%Y-%m-%d %H:%M} UTC "
+            f"({hours} h after the {due.tick:%H:%M} UTC tick of {schedule.name})",
+            likely_cause(instance, due, targets, schedule, state),
+        ],
+    )
+
+
+def _summarized(instance: dg.DagsterInstance, summary: dg.AssetKey, night: dt.date, target: str) -> bool:
+    partition = str(partition_key(night, target))
+    records = dg.AssetRecordsFilter(asset_key=summary, asset_partitions=[partition])
+    return bool(instance.fetch_materializations(records, limit=1).records)
+
+
+def likely_cause(
+    instance: dg.DagsterInstance,
+    due: DueNight,
+    targets: list[str],
+    schedule: dg.ScheduleDefinition,
+    state: InstigatorState | None,
+) -> str:
+    """Why `targets` have no summary of the night: how their runs ended, else the schedule and its tick."""
+    runs = {t: _latest_run(instance, due, t) for t in targets}
+    if any(runs.values()):
+        ends = "; ".join(
+            f"{t} run {r.run_id[:8]} {r.status.value.lower()}" if r else f"{t} no run"
+            for t, r in runs.items()
+        )
+        return f"likely cause: a run started but wrote no summary ({ends})"
+    if not is_running(schedule, state):
+        return f"likely cause: schedule off: {schedule.name} is stopped (start it, then backfill the night)"
+    return f"likely cause: no run started: {_tick_outcome(instance, due, schedule, state)}"
+
+
+def _tick_outcome(
+    instance: dg.DagsterInstance,
+    due: DueNight,
+    schedule: dg.ScheduleDefinition,
+    state: InstigatorState | None,
+) -> str:
+    """What the schedule did at the night's tick, as the scheduler recorded it."""
+    at = f"{due.tick:%Y-%m-%d %H:%M} UTC"
+    tick = (
+        instance.get_tick(state.instigator_origin_id, state.selector_id, due.tick.timestamp())
+        if state is not None
+        else None  # the scheduler never ran it
+    )
+    if tick is None:
+        return f"{schedule.name} did not tick at {at} (the daemon was down, or the schedule was off then)"
+    if tick.status == TickStatus.SUCCESS:
+        return f"{schedule.name} ticked at {at}, yet no run of the night exists"
+    why = tick.error.message if tick.error else tick.skip_reason or "no reason given"
+    return f"{schedule.name}'s tick at {at} {tick.status.value.lower()}: {brief(why)}"
+
+
+def _latest_run(instance: dg.DagsterInstance, due: DueNight, target: str) -> dg.DagsterRun | None:
+    tags = {PIPELINE_TAG: due.pipeline.name, PARTITION_TAG: str(partition_key(due.night, target))}
+    runs = instance.get_runs(dg.RunsFilter(tags=tags), limit=1)  # newest first
+    return runs[0] if runs else None
+
+
+def schedule_states(instance: dg.DagsterInstance, location: str | None) -> dict[str, InstigatorState]:
+    """The stored state of each schedule by name (none: never started nor stopped by hand, nor ticked)."""
+    states = instance.all_instigator_state(instigator_type=InstigatorType.SCHEDULE)
+    return {
+        s.instigator_name: s
+        for s in states
+        if location is None or s.origin.repository_origin.code_location_origin.location_name == location
+    }
+
+
+def meant_to_run(schedule: dg.ScheduleDefinition, state: InstigatorState | None) -> bool:
+    """Whether the schedule's nights are expected: the deployment runs it by default (a stopped one
+    is then the cause of a missing night), or someone started it."""
+    running_by_default = schedule.default_status == dg.DefaultScheduleStatus.RUNNING
+    return running_by_default or (state is not None and state.status == InstigatorStatus.RUNNING)
+
+
+def is_running(schedule: dg.ScheduleDefinition, state: InstigatorState | None) -> bool:
+    if state is None or state.status == InstigatorStatus.DECLARED_IN_CODE:
+        return schedule.default_status == dg.DefaultScheduleStatus.RUNNING
+    return state.status == InstigatorStatus.RUNNING
