@@ -65,6 +65,8 @@ def test_report_recorded_twice_replaces_rows(warehouse: Warehouse) -> None:
         "stages": 0,
         "suites": 1,
         "test_cases": 3,
+        "test_evidence": 0,
+        "test_verdicts": 0,
         "benchmarks": 0,
         "regressions": 0,
         "costs": 0,
