@@ -89,6 +89,7 @@ def run_night(
                 night.key,
                 progress,
                 tags={SUMMARY_OF_TAG: run.run_id},
+                assets=done.selections.get(night.key),
             )
     run = instance.get_run_by_id(run.run_id) or run
     return NightOutcome(
@@ -109,6 +110,7 @@ def execute_partition(
     key: NightKey,
     progress: Callable[[str], None] | None = None,
     tags: dict[str, str] | None = None,
+    assets: list[dg.AssetKey] | None = None,
 ) -> tuple[bool, dg.DagsterRun]:
     """Execute `job` for the key's partition in this process. Ctrl-C or SIGTERM cancels the run:
     Dagster interrupts the running step (which ends its commands, containers and machines), and
@@ -127,6 +129,7 @@ def execute_partition(
             raise_on_error=False,
             run_config=QUIET_LOGS,
             tags={**this_process_tag(run_id), **(tags or {})},
+            asset_selection=assets,
         )
     finally:
         done.set()

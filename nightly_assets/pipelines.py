@@ -11,6 +11,7 @@ from nightly_assets.catalog.models import Catalog, Pipeline
 from nightly_assets.github.sensors import build_pr_label_sensor
 from nightly_assets.partitions import night_of_tick, partition_key, pipeline_partitions
 from nightly_assets.reporting.alerts import PIPELINE_TAG
+from nightly_assets.reporting.follow_up import summary_run_stages
 from nightly_assets.reporting.sensors import summary_job_name
 from nightly_assets.stage_kinds import stage_kind
 from nightly_assets.stages import StageSpec
@@ -64,12 +65,13 @@ def build_pipeline(catalog: Catalog, catalog_dir: Path, pipeline: Pipeline, env:
         tags=tags,
         description=f"One night of {pipeline.title} for one target.",
     )
-    summary_key = dg.AssetKey([pipeline.name, pipeline.stages_of("night_summary")[0].name])
     summary_job = dg.define_asset_job(
         summary_job_name(pipeline.name),
-        selection=dg.AssetSelection.assets(summary_key),
+        selection=dg.AssetSelection.assets(
+            *(dg.AssetKey([pipeline.name, stage]) for stage in summary_run_stages(catalog, pipeline.name))
+        ),
         tags=tags,
-        description="Writes a night's summary table on its own, after a failed night run.",
+        description="Writes a night's summary table (and its test health) after a night run that did not.",
     )
     schedule = _night_schedule(pipeline, nightly_job, schedule_running)
     if pipeline.github is None or pipeline.github.pr_label is None:

@@ -41,6 +41,13 @@ def test_lineage_reads_like_the_seed_diagram(graph):
     assert parents("dynamo/tests_e2e_gpu_2") == {"dynamo/runtime_image"}
     assert parents("tf_theta/deploy") == {"tf_theta/sanity_job"}
     assert parents("torch_spyre/release") == {"torch_spyre/publish_test_index"}
+    # torch_spyre's gates sit between its suites and the summary that publishing waits for.
+    assert parents("torch_spyre/flaky_tests") == {
+        "torch_spyre/tests_unit",
+        "torch_spyre/tests_device",
+        "torch_spyre/tests_pytorch_in_scope",
+    }
+    assert parents("torch_spyre/night_summary") == {"torch_spyre/flaky_tests"}
 
 
 def test_assets_have_group_kinds_description_and_partitions(defs, graph):
@@ -70,6 +77,10 @@ def test_checks_sit_where_the_gates_are(graph):
     assert ("demo/perf_baseline", "no_new_regression") in checks
     assert ("tpu/perf_baseline", "no_new_regression") in checks
     assert ("torch_spyre/lint", "lint_clean") in checks
+    for check in ("flaky_share_within_limit", "in_scope_share_reached", "no_new_broken_test"):
+        assert ("torch_spyre/flaky_tests", check) in checks
+    assert ("demo/flaky_tests", "flaky_share_within_limit") in checks
+    assert ("demo/flaky_tests", "in_scope_share_reached") not in checks  # no in-scope suite named
     blocking = {
         k.asset_key.to_user_string()
         for k in graph.asset_check_keys
@@ -107,7 +118,13 @@ def test_every_pipeline_has_its_schedule_and_jobs(defs, graph):
         nightly = defs.resolve_job_def(f"{pipeline}_nightly")
         assert {k.path[0] for k in nightly.asset_layer.selected_asset_keys} == {pipeline}
         summary = defs.resolve_job_def(f"{pipeline}_summary")
-        assert summary.asset_layer.selected_asset_keys == {dg.AssetKey([pipeline, "night_summary"])}
+        # the summary, and the test health that reads the warehouse only (judged on failed nights too)
+        health = (
+            {dg.AssetKey([pipeline, "flaky_tests"])}
+            if pipeline in ("demo", "torch_spyre", "jax_rocm_rbe")
+            else set()
+        )
+        assert summary.asset_layer.selected_asset_keys == {dg.AssetKey([pipeline, "night_summary"]), *health}
     # Tier 3 of seed 003: the label sensor starts the PR job, an op job of its own.
     pr_job = defs.resolve_job_def("tpu_pr")
     assert [node.name for node in pr_job.nodes] == ["tpu_pr_tests"]

@@ -7,6 +7,8 @@ from typing import Any
 
 import dagster as dg
 
+from nightly_assets.sources.suspects import suspect_text
+
 NO_NEW_REGRESSION = "no_new_regression"
 
 
@@ -30,19 +32,11 @@ def regression_lines(comparison: dict[str, dict[str, Any]]) -> list[str]:
         change = row.get("regression")
         if change is None:
             continue
-        suspects = "; ".join(_suspects(repo, span) for repo, span in change["commits"].items())
+        suspects = "; ".join(suspect_text(repo, span) for repo, span in change["commits"].items())
         lines.append(
             f"{name} {change['text']}" + (f"; suspects: {suspects}" if suspects else "; no commit changed")
         )
     return lines
-
-
-def _suspects(repo: str, span: dict[str, Any]) -> str:
-    good, bad = (span["good"] or "")[:10], span["bad"][:10] if span["bad"] else "removed"
-    listed = span.get("commits") or []
-    shown = ", ".join(f"{c['sha'][:10]} {c['author']}: {c['subject'][:80]}" for c in listed[:3])
-    more = f" (+{len(listed) - 3} more)" if len(listed) > 3 else ""
-    return f"{repo} {good}..{bad}" + (f" [{shown}{more}]" if shown else "")
 
 
 def no_new_regression(key: dg.AssetKey, comparison: dict[str, dict[str, Any]]) -> dg.AssetCheckResult:

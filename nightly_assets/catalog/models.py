@@ -203,6 +203,9 @@ class Thresholds(StrictModel):
     regression_min_history: int = Field(default=7, ge=3)
     flaky_share_max: float = Field(default=0.05, ge=0, le=1)
     in_scope_share_min: float | None = Field(default=None, ge=0, le=1)
+    # Opt-in: a flaky test's failures stop failing tests_passed (still counted and listed) until
+    # it has had this many clean nights in a row.
+    quarantine_clean_nights: int | None = Field(default=None, ge=1)
     cost_budget_usd: float | None = Field(default=None, gt=0)
     # A night's summary is due this long after the schedule's tick; later, the night is missing.
     summary_deadline_hours: int = Field(default=12, ge=1, le=24)

@@ -44,10 +44,27 @@ class FollowUp:
     summaries: list[NightInRun]  # nights whose summary a follow-up run must write
     ended: dict[NightKey, list[str]] = field(default_factory=dict)  # stages this run left running
     unsent: dict[int, str] = field(default_factory=dict)  # alert index -> why it was not sent
+    # what each summary run materializes: the summary, and the test_health stages the run did not
+    selections: dict[NightKey, list[dg.AssetKey]] = field(default_factory=dict)
 
 
 def summary_stage(catalog: Catalog, pipeline: str) -> str:
     return catalog.pipelines[pipeline].stages_of("night_summary")[0].name
+
+
+def summary_run_stages(catalog: Catalog, pipeline: str) -> list[str]:
+    """What a summary run may materialize: the summary, and the test_health stages before it, which
+    read the warehouse only (a night whose suites failed is judged all the same)."""
+    stages = catalog.pipelines[pipeline].stages_of("test_health")
+    return [*(s.name for s in stages), summary_stage(catalog, pipeline)]
+
+
+def summary_selection(catalog: Catalog, night: NightInRun) -> list[dg.AssetKey]:
+    """The summary, and each test_health stage that neither materialized nor failed in the run."""
+    failed = {f.stage for f in night.failed_steps}
+    stages = summary_run_stages(catalog, night.key.pipeline)
+    wanted = [s for s in stages[:-1] if s not in night.materialized and s not in failed] + stages[-1:]
+    return [dg.AssetKey([night.key.pipeline, stage]) for stage in wanted]
 
 
 def follow_up_run(
@@ -141,7 +158,8 @@ def _follow_up(
     store.release_leases(run.run_id)
     alerts = alerts_for_run(record, catalog)
     unsent = send_alerts(alerts, notifier)
-    return FollowUp(record, alerts, summaries, ended, unsent)
+    selections = {night.key: summary_selection(catalog, night) for night in summaries}
+    return FollowUp(record, alerts, summaries, ended, unsent, selections)
 
 
 def _ran_there(store: Warehouse, night: NightInRun, run: dg.DagsterRun) -> bool:
@@ -166,6 +184,7 @@ def summary_requests(follow_up: FollowUp, summary_job: dict[str, str]) -> list[d
             job_name=summary_job[night.key.pipeline],
             partition_key=night.partition,
             tags={SUMMARY_OF_TAG: run_id},
+            asset_selection=follow_up.selections.get(night.key),
         )
         for night in follow_up.summaries
     ]

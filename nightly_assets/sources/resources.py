@@ -6,6 +6,7 @@ import datetime as dt
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 
@@ -118,6 +119,21 @@ class GitSourcesResource(dg.ConfigurableResource):
         except CommandError as exc:
             raise SourceError(f"repository '{name}': cannot list commits {good}..{bad}: {exc}") from None
         return [Commit(*line.split("\x00", 2)) for line in out.output.splitlines() if line.count("\x00") == 2]
+
+    def suspects(
+        self, name: str, url: str | None, good: str | None, bad: str | None, limit: int = 10
+    ) -> dict[str, Any]:
+        """A repository's suspect range between a good and a bad night, as warehouse rows and alerts
+        keep it: {"good", "bad", "commits": [{"sha", "author", "subject"}, ...]}, plus "error" when
+        the mirror could not list them (the range still names the two commits)."""
+        span: dict[str, Any] = {"good": good, "bad": bad, "commits": []}
+        if url is None or bad is None:
+            return span  # a repository the catalog no longer has, or one the bad night dropped
+        try:
+            span["commits"] = [vars(c) for c in self.commits_between(name, url, good, bad, limit)]
+        except SourceError as exc:
+            span["error"] = str(exc)
+        return span
 
     def checkout(self, name: str, sha: str, dest: Path) -> Path:
         mirror = self._mirror_path(name)

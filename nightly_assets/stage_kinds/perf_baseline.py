@@ -10,7 +10,7 @@ from nightly_assets.artefacts.resources import ArtefactStoreResource
 from nightly_assets.benchmarks import changepoint, checks
 from nightly_assets.manifests import BenchmarksManifest, BenchmarkValue
 from nightly_assets.results import NightKey
-from nightly_assets.sources.resources import GitSourcesResource, SourceError
+from nightly_assets.sources.resources import GitSourcesResource
 from nightly_assets.stage_kinds.spec import ORCHESTRATOR, NoParams, StageKind
 from nightly_assets.stages import StageSpec, recorded_stage, stage_events
 from nightly_assets.warehouse.resources import WarehouseResource
@@ -55,9 +55,12 @@ def build_perf_baseline_asset(spec: StageSpec) -> dg.AssetsDefinition:
                 row = _comparison(result, verdict)
                 if verdict.new is not None and verdict.new.worse:
                     commits = {
-                        repo: _span(git, repo, urls.get(repo), good, bad, context.log)
+                        repo: git.suspects(repo, urls.get(repo), good, bad, SUSPECTS_LISTED)
                         for repo, (good, bad) in verdict.new.commits.items()
                     }
+                    for span in commits.values():
+                        if "error" in span:
+                            context.log.warning(f"cannot list the suspect commits: {span['error']}")
                     row["regression"] = {"text": verdict.new.describe(result.unit), "commits": commits}
                     regressions.append(_regression(run.key, name, result, verdict.new, commits))
                 comparison[name] = row
@@ -90,20 +93,6 @@ def _comparison(result: BenchmarkValue, verdict: changepoint.Assessment) -> dict
         "ratio": round(result.value / baseline, 4) if baseline else None,
         "regression": None,
     }
-
-
-def _span(
-    git: GitSourcesResource, repo: str, url: str | None, good: str | None, bad: str | None, log: Any
-) -> dict[str, Any]:
-    """The suspect range of one repository, with its commits when the mirror can list them."""
-    span: dict[str, Any] = {"good": good, "bad": bad, "commits": []}
-    if url is None or bad is None:
-        return span  # a repository the catalog no longer has, or one the night dropped
-    try:
-        span["commits"] = [vars(c) for c in git.commits_between(repo, url, good, bad, SUSPECTS_LISTED)]
-    except SourceError as exc:
-        log.warning(f"cannot list the suspect commits: {exc}")
-    return span
 
 
 def _regression(

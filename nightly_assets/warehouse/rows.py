@@ -17,6 +17,7 @@ from nightly_assets.warehouse.tables import (
     RegressionTable,
     StageTable,
     SuiteTable,
+    TestVerdictTable,
 )
 
 
@@ -143,3 +144,39 @@ def regression(row: RegressionTable) -> Regression:
 
 
 REGRESSION_COLUMNS = ("name", "first_bad", "last_good", "before", "after", "unit", "worse")
+
+
+@dataclass(frozen=True)
+class TestVerdict:
+    """One test's verdict over the window ending on a night (see tables.TestVerdictTable)."""
+
+    __test__ = False
+    suite: str
+    test_key: int
+    test_id: str
+    state: str  # "flaky", "broken" or "insufficient"
+    reason: str
+    pass_rate: float | None
+    quarantined: bool
+    first_bad: dt.date | None
+    last_good: dt.date | None
+    suspects: dict[str, Any]  # repo -> {"good", "bad", "commits": [{"sha", "author", "subject"}]}
+
+
+VERDICT_COLUMNS = (
+    "suite",
+    "test_key",
+    "test_id",
+    "state",
+    "reason",
+    "pass_rate",
+    "quarantined",
+    "first_bad",
+    "last_good",
+)
+
+
+def test_verdict(row: TestVerdictTable) -> TestVerdict:
+    return TestVerdict(
+        **{name: getattr(row, name) for name in VERDICT_COLUMNS}, suspects=json.loads(row.suspects)
+    )

@@ -29,22 +29,26 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from nightly_assets.results import BenchmarkResult, CheckOutcome, NightKey, Outcome, TestCase, TestReport
 from nightly_assets.warehouse import connection, evidence, history
+from nightly_assets.warehouse.evidence import Histories
 from nightly_assets.warehouse.history import PassRate, TestRun, batches, is_key
 from nightly_assets.warehouse.rows import (
     COST_COLUMNS,
     COUNT_COLUMNS,
     REGRESSION_COLUMNS,
+    VERDICT_COLUMNS,
     MachineCost,
     NightOverview,
     NightRow,
     Regression,
     StageRow,
+    TestVerdict,
     check_outcome,
     machine_cost,
     night_row,
     regression,
     stage_row,
     suite_counts,
+    test_verdict,
 )
 from nightly_assets.warehouse.tables import (
     ALL_TABLES,
@@ -57,6 +61,7 @@ from nightly_assets.warehouse.tables import (
     StageTable,
     SuiteTable,
     TestCaseTable,
+    TestVerdictTable,
     node_key,
 )
 
@@ -460,6 +465,49 @@ class Warehouse:
         return self._read(
             lambda session: history.pass_rates(session, pipeline, target, nights, until=until, below=below)
         )
+
+    def test_histories(
+        self,
+        pipeline: str,
+        target: str,
+        *,
+        until: dt.date,
+        nights: int,
+        suites: Sequence[str] | None = None,
+        only: dict[str, list[int]] | None = None,
+    ) -> Histories:
+        """The tests of the window that may not be stable, with their nights (evidence.histories)."""
+        return self._read(
+            lambda session: evidence.histories(
+                session, pipeline, target, until=until, nights=nights, suites=suites, only=only
+            )
+        )
+
+    def record_verdicts(self, key: NightKey, verdicts: Sequence[TestVerdict]) -> None:
+        """Replace the key's test verdicts (the tests that were not plainly stable)."""
+        rows = [
+            {
+                **_key(key),
+                **{name: getattr(v, name) for name in VERDICT_COLUMNS},
+                "suspects": json.dumps(v.suspects, sort_keys=True),
+            }
+            for v in verdicts
+        ]
+
+        def write(session: Session) -> None:
+            session.execute(delete(TestVerdictTable).where(*is_key(TestVerdictTable, key)))
+            for chunk in batches(iter(rows), WRITE_BATCH):
+                session.execute(insert(TestVerdictTable), chunk)
+
+        self._write(write)
+
+    def verdicts(self, key: NightKey, *, state: str | None = None) -> list[TestVerdict]:
+        """The key's test verdicts (of one state), by suite and test."""
+        t = TestVerdictTable
+        query = select(t).where(*is_key(t, key)).order_by(t.suite, t.id)
+        if state is not None:
+            query = query.where(t.state == state)
+        return [test_verdict(r) for r in self._read(lambda s: s.scalars(query).all())]
 
     def row_counts(self, key: NightKey) -> dict[str, int]:
         """Rows per table for the key."""

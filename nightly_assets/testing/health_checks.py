@@ -1,0 +1,114 @@
+"""Checks on tonight's test health: torch_spyre's gates (flaky share below `flaky_share_max`,
+in-scope share at least `in_scope_share_min`) and the new-failure alert with its suspect commits."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dagster as dg
+
+from nightly_assets.sources.suspects import SpanKey, suspect_text
+from nightly_assets.testing.health import SHOWN, Judged
+
+FLAKY_SHARE = "flaky_share_within_limit"
+IN_SCOPE_SHARE = "in_scope_share_reached"
+NO_NEW_BROKEN = "no_new_broken_test"
+
+
+def health_check_specs(
+    key: dg.AssetKey, flaky_share_max: float, in_scope_share_min: float | None
+) -> list[dg.AssetCheckSpec]:
+    specs = [
+        dg.AssetCheckSpec(
+            FLAKY_SHARE,
+            asset=key,
+            blocking=True,
+            description=f"Fewer than {flaky_share_max:.0%} of tonight's tests are flaky; gates release.",
+        ),
+        dg.AssetCheckSpec(
+            NO_NEW_BROKEN,
+            asset=key,
+            description="No test started failing on every attempt tonight (alerts once, naming suspects).",
+        ),
+    ]
+    if in_scope_share_min is not None:
+        specs.append(
+            dg.AssetCheckSpec(
+                IN_SCOPE_SHARE,
+                asset=key,
+                blocking=True,
+                description=f"At least {in_scope_share_min:.0%} of the in-scope tests ran; gates release.",
+            )
+        )
+    return specs
+
+
+def flaky_share(key: dg.AssetKey, flaky: list[Judged], ran: int, limit: float) -> dg.AssetCheckResult:
+    value = len(flaky) / ran if ran else 0.0
+    named = ", ".join(f"{j.suite}::{j.test_id}" for j in flaky[:SHOWN])
+    return dg.AssetCheckResult(
+        check_name=FLAKY_SHARE,
+        asset_key=key,
+        passed=value < limit,
+        severity=dg.AssetCheckSeverity.ERROR,
+        description=f"{len(flaky)} flaky of {ran} tests that ran ({value:.2%}, limit {limit:.0%})"
+        + (f": {named}" if named else ""),
+        metadata={"flaky": len(flaky), "ran": ran, "share": round(value, 4), "limit": limit},
+    )
+
+
+def in_scope_share(
+    key: dg.AssetKey, suite: str, counts: dict[str, int] | None, minimum: float
+) -> dg.AssetCheckResult:
+    if counts is None:
+        return dg.AssetCheckResult(
+            check_name=IN_SCOPE_SHARE,
+            asset_key=key,
+            passed=False,
+            severity=dg.AssetCheckSeverity.ERROR,
+            description=f"the in-scope suite {suite!r} has no results tonight",
+        )
+    enabled = counts["passed"] + counts["failed"] + counts["error"]
+    value = enabled / counts["total"] if counts["total"] else 0.0
+    return dg.AssetCheckResult(
+        check_name=IN_SCOPE_SHARE,
+        asset_key=key,
+        passed=value >= minimum,
+        severity=dg.AssetCheckSeverity.ERROR,
+        description=f"{enabled} of {counts['total']} in-scope tests of {suite} ran ({value:.1%}, "
+        f"rollout stage needs {minimum:.0%})",
+        metadata={"enabled": enabled, "in_scope": counts["total"], "share": round(value, 4)},
+    )
+
+
+def no_new_broken(
+    key: dg.AssetKey, judged: list[Judged], spans: dict[SpanKey, dict[str, Any]]
+) -> dg.AssetCheckResult:
+    """`spans`: the suspect ranges of the new failures (see GitSourcesResource.suspects)."""
+    new = [j for j in judged if j.new_failure]
+    lines = [new_failure_line(j, spans) for j in new[:SHOWN]]
+    if len(new) > SHOWN:
+        lines.append(f"… and {len(new) - SHOWN} more")
+    return dg.AssetCheckResult(
+        check_name=NO_NEW_BROKEN,
+        asset_key=key,
+        passed=not new,
+        severity=dg.AssetCheckSeverity.WARN,
+        description="; ".join(lines) or "no test started failing tonight",
+        metadata={"new_failures": len(new)},
+    )
+
+
+def new_failure_line(judged: Judged, spans: dict[SpanKey, dict[str, Any]]) -> str:
+    verdict = judged.verdict
+    since = f"last passed {verdict.last_good}" if verdict.last_good else "never passed"
+    suspects = "; ".join(
+        suspect_text(repo, spans[(repo, *pair)])
+        for repo, pair in verdict.suspects.items()
+        if (repo, *pair) in spans
+    )
+    return f"{judged.suite}::{judged.test_id} fails since {verdict.first_bad} ({since})" + (
+        f"; suspects: {suspects}"
+        if suspects
+        else "; no pinned commit changed (the machine or the environment)"
+    )
