@@ -14,10 +14,12 @@ from nightly_assets.runners import backend, runner_kinds
 from nightly_assets.runners.protocol import RunnerBackend, StageWork
 from nightly_assets.stage_kinds.spec import RepoParams, StageKind
 from nightly_assets.stages import StageSpec, recorded_stage, stage_events
-from nightly_assets.testing import checks
+from nightly_assets.testing import checks, health
 from nightly_assets.testing.junit import report_metadata
 from nightly_assets.tpu.stage import TpuSuiteParams
 from nightly_assets.warehouse.resources import WarehouseResource
+
+QUARANTINE_WINDOW_NIGHTS = 30  # the nights a failing test's flakiness is judged over
 
 
 class TestSuiteParams(RepoParams, TpuSuiteParams):
@@ -69,12 +71,24 @@ def build_test_suite_asset(spec: StageSpec) -> dg.AssetsDefinition:
                 report=report.counts(), collect_only=report.collect_only, junit=list(report.source_files)
             )
             run.published.extend(Path(f) for f in report.source_files)
-            passed = checks.tests_passed(spec.key, report)
+            quarantined: set[str] = set()
+            if thresholds.quarantine_clean_nights is not None and not report.collect_only:
+                quarantined = health.quarantined_failures(
+                    store,
+                    run.key,
+                    report.suite,
+                    report.failures,
+                    clean_nights=thresholds.quarantine_clean_nights,
+                    nights=QUARANTINE_WINDOW_NIGHTS,
+                )
+            passed = checks.tests_passed(spec.key, report, quarantined)
             run.checks[:0] = [
                 passed,
                 checks.test_count_stable(spec.key, report, previous, thresholds.test_count_drop_pct),
             ]
-            run.status = "success" if report.passed_all else "failure"
+            run.status = "success" if passed.passed else "failure"
+            if quarantined:
+                run.manifest["quarantined"] = sorted(quarantined)
             run.detail = f"{report.count('passed')}/{report.total} passed" + _problems(report)
             if not passed.passed:
                 run.failure = passed.description

@@ -5,13 +5,17 @@ torch_spyre's gates read (flaky share, in-scope share)."""
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from nightly_assets.results import NightKey, TestCase
 from nightly_assets.testing.flakiness import Verdict, classify, in_quarantine
 from nightly_assets.warehouse.evidence import Histories
+from nightly_assets.warehouse.store import Warehouse
+from nightly_assets.warehouse.tables import node_key
 
 SHOWN = 20  # tests named per list in metadata and alerts
+MAX_QUARANTINE_LOOKUPS = 1_000  # more failures than this in one suite is no flakiness
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,33 @@ def judge(histories: Histories, night: dt.date, *, clean_nights: int | None) -> 
         )
         judged.append(Judged(suite, test_id, histories.keys[(suite, test_id)], verdict, quarantined, night))
     return sorted(judged, key=lambda j: (j.verdict.state, j.suite, j.test_id))
+
+
+def quarantined_failures(
+    store: Warehouse,
+    key: NightKey,
+    suite: str,
+    failures: Sequence[TestCase],
+    *,
+    clean_nights: int,
+    nights: int,
+) -> set[str]:
+    """The node ids of tonight's failures that are in quarantine: flaky tests (over the last
+    `nights` nights, tonight recorded) short of `clean_nights` clean nights since their last flake.
+    A suite failing wholesale quarantines nothing (a broken build is no flake)."""
+    if not failures or len(failures) > MAX_QUARANTINE_LOOKUPS:
+        return set()
+    keys = sorted({node_key(c.node_id) for c in failures})
+    histories = store.test_histories(
+        key.pipeline, key.target, until=key.night, nights=nights, suites=[suite], only={suite: keys}
+    )
+    infra = histories.infra.get(suite, set())
+    return {
+        test_id
+        for (_, test_id), observations in histories.tests.items()
+        if observations[-1].night == key.night
+        and in_quarantine(observations, clean_nights=clean_nights, infra=infra)
+    }
 
 
 def ran(counts: Mapping[str, Mapping[str, int]], suites: list[str] | None = None) -> int:
