@@ -76,12 +76,13 @@ def run_night(
         succeeded, run = execute_partition(defs, instance, nightly_job_name(key.pipeline), key, progress)
         cancelled = run.status == dg.DagsterRunStatus.CANCELED
         done = follow_up_run(instance, run, catalog, resolved.notifier, store)
-    summary_run = None
-    if done is not None:
-        for night in done.summaries:
+        summary_run = None
+        alerts, unsent = (done.alerts, dict(done.unsent)) if done else ([], {})
+        for night in done.summaries if done else []:
             if progress:
                 why = "was cancelled" if cancelled else "ended before its summary"
                 progress(f"the night {why}; writing its summary in a follow-up run")
+            assert done is not None
             _, summary_run = execute_partition(
                 defs,
                 instance,
@@ -91,16 +92,13 @@ def run_night(
                 tags={SUMMARY_OF_TAG: run.run_id},
                 assets=done.selections.get(night.key),
             )
+            # Its checks (the test health judged there) alert as the daemon's sensor would.
+            summarized = follow_up_run(instance, summary_run, catalog, resolved.notifier, store)
+            if summarized is not None:
+                unsent |= {len(alerts) + i: why for i, why in summarized.unsent.items()}
+                alerts = [*alerts, *summarized.alerts]
     run = instance.get_run_by_id(run.run_id) or run
-    return NightOutcome(
-        key,
-        run,
-        succeeded,
-        summary_run,
-        done.alerts if done else [],
-        cancelled,
-        done.unsent if done else {},
-    )
+    return NightOutcome(key, run, succeeded, summary_run, alerts, cancelled, unsent)
 
 
 def execute_partition(

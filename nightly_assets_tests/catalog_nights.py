@@ -13,7 +13,7 @@ import yaml
 from nightly_assets.catalog.loader import load_catalog
 from nightly_assets.definitions import build_definitions
 from nightly_assets.night import NightOutcome, run_night
-from nightly_assets.resources import resources_for
+from nightly_assets.resources import REPO_WHEELHOUSE, resources_for
 from nightly_assets.results import NightKey
 from nightly_assets.warehouse.rows import StageRow
 from nightly_assets_tests.catalog_files import copy_catalog, write_pipeline
@@ -47,3 +47,13 @@ def catalog_nights(nightly_home: Path, tmp_path: Path) -> Iterator[CatalogNights
     (tmp_path / "dagster_home").mkdir()
     with dg.instance_for_test(temp_dir=str(tmp_path / "dagster_home")) as instance:
         yield CatalogNights(catalog, instance, nightly_home)
+
+
+@pytest.fixture
+def wheelhouse(monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Offline builds and installs from the repository's wheelhouse (what `make setup` fills)."""
+    if not any(REPO_WHEELHOUSE.glob("flit_core-3*.whl")):
+        pytest.fail(f"{REPO_WHEELHOUSE} lacks the fixture projects' packages: run `make setup`")
+    monkeypatch.setenv("NIGHTLY_WHEELHOUSE", str(REPO_WHEELHOUSE))
+    monkeypatch.delenv("NIGHTLY_PACKAGE_INDEX_URL", raising=False)
+    return REPO_WHEELHOUSE

@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 
 from nightly_assets.process import cause
-from nightly_assets.resources import REPO_WHEELHOUSE
 from nightly_assets_tests.catalog_nights import CatalogNights
 from nightly_assets_tests.git_repo import commit_folder
 from nightly_assets_tests.peers.docker import DockerEngine
@@ -55,15 +54,6 @@ stages:
     suite: {{pytest_args: ["-k", "Signer"], timeout_minutes: 10, runner: local}}
   - {{name: night_summary, kind: night_summary, deps: [tests, tests_signer], description: Summary.}}
 """
-
-
-@pytest.fixture
-def wheelhouse(monkeypatch: pytest.MonkeyPatch) -> Path:
-    if not any(REPO_WHEELHOUSE.glob("flit_core-3*.whl")):
-        pytest.fail(f"{REPO_WHEELHOUSE} lacks the fixture projects' packages: run `make setup`")
-    monkeypatch.setenv("NIGHTLY_WHEELHOUSE", str(REPO_WHEELHOUSE))
-    monkeypatch.delenv("NIGHTLY_PACKAGE_INDEX_URL", raising=False)
-    return REPO_WHEELHOUSE
 
 
 def _upstream(tmp_path: Path, project: str) -> Path:

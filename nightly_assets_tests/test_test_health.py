@@ -1,0 +1,235 @@
+"""Flaky and broken tests from the warehouse: the evidence a suite's write keeps (retries, re-runs
+that disagree), the histories the classifier reads on SQLite and MariaDB, and real nights of a
+small project whose flaky test is quarantined and whose broken test alerts with its suspect commit."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from nightly_assets.resources import resources_for
+from nightly_assets.results import NightKey, Outcome, TestCase, TestReport
+from nightly_assets.testing import health
+from nightly_assets.warehouse import Warehouse
+from nightly_assets_tests.catalog_nights import CatalogNights
+from nightly_assets_tests.git_repo import commit_folder, git
+
+START = dt.date(2026, 11, 3)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("mysql", marks=pytest.mark.mysql)])
+def warehouse(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Warehouse]:
+    url = (
+        f"sqlite:///{tmp_path}/w.sqlite"
+        if request.param == "sqlite"
+        else request.getfixturevalue("mysql_url")
+    )
+    store = Warehouse(url)
+    yield store
+    store.dispose()
+
+
+def night(i: int) -> NightKey:
+    return NightKey("p", START + dt.timedelta(days=i), "cpu")
+
+
+def report(outcomes: dict[str, Outcome], attempts: dict[str, int] | None = None) -> TestReport:
+    cases = tuple(
+        TestCase("tests.t", name, outcome, attempts=(attempts or {}).get(name, 1))
+        for name, outcome in outcomes.items()
+    )
+    return TestReport("unit", cases)
+
+
+# test_new passes until night 3; the others keep one failing test from looking like an infra failure.
+STABLE: dict[str, Outcome] = {"test_new": "passed", **{f"test_ok_{i}": "passed" for i in range(8)}}
+
+
+def test_the_write_keeps_retries_and_disagreeing_reruns_and_histories_hold_only_suspects(
+    warehouse: Warehouse,
+) -> None:
+    for i in range(4):
+        warehouse.record_night(night(i), run_id=f"r{i}", status="success", pins={"app": f"a{max(0, i - 1)}"})
+    warehouse.record_test_report(night(0), report({**STABLE, "test_flip": "passed", "test_retry": "passed"}))
+    # Night 1: test_flip fails, then a re-run of the night (same pins) passes it; test_retry
+    # passes on its second attempt (Bazel's --flaky_test_attempts).
+    warehouse.record_test_report(night(1), report({**STABLE, "test_flip": "failed", "test_retry": "passed"}))
+    warehouse.record_test_report(
+        night(1), report({**STABLE, "test_flip": "passed", "test_retry": "passed"}, {"test_retry": 2})
+    )
+    # Night 3 (a new commit): test_new fails, after passing on 0 to 2.
+    warehouse.record_test_report(night(2), report({**STABLE, "test_flip": "passed", "test_retry": "passed"}))
+    warehouse.record_test_report(
+        night(3), report({**STABLE, "test_flip": "passed", "test_retry": "passed", "test_new": "failed"})
+    )
+    found = warehouse.test_histories("p", "cpu", until=night(3).night, nights=30)
+    assert found.nights == [night(i).night for i in range(4)]
+    assert set(found.tests) == {
+        ("unit", "tests.t::test_flip"),
+        ("unit", "tests.t::test_retry"),
+        ("unit", "tests.t::test_new"),
+    }
+    flip = found.tests[("unit", "tests.t::test_flip")]
+    assert [(o.outcome, o.earlier) for o in flip] == [
+        ("passed", ()),
+        ("passed", ("failed",)),
+        ("passed", ()),
+        ("passed", ()),
+    ]
+    assert [o.attempts for o in found.tests[("unit", "tests.t::test_retry")]] == [1, 2, 1, 1]
+    assert [dict(o.pins) for o in flip] == [{"app": "a0"}, {"app": "a0"}, {"app": "a1"}, {"app": "a2"}]
+
+    judged = {j.test_id: j for j in health.judge(found, night(3).night, clean_nights=3)}
+    assert judged["tests.t::test_flip"].verdict.state == "flaky"
+    assert judged["tests.t::test_flip"].quarantined  # 2 clean nights since, 3 needed
+    assert judged["tests.t::test_retry"].verdict.state == "flaky"
+    new = judged["tests.t::test_new"]
+    assert new.verdict.state == "broken" and new.new_failure and not new.quarantined
+    assert (new.verdict.first_bad, new.verdict.last_good) == (night(3).night, night(2).night)
+    assert new.verdict.suspects == {"app": ("a1", "a2")}
+
+    # A re-run that replaces an infra failure (every test failed) is no flaky evidence.
+    warehouse.record_test_report(
+        night(3), report({name: "error" for name in [*STABLE, "test_flip", "test_retry", "test_new"]})
+    )
+    warehouse.record_test_report(
+        night(3), report({**STABLE, "test_flip": "passed", "test_retry": "passed", "test_new": "failed"})
+    )
+    again = warehouse.test_histories("p", "cpu", until=night(3).night, nights=30)
+    assert again.tests[("unit", "tests.t::test_new")][-1].earlier == ()
+
+
+PIPELINE = """
+name: healthpkg
+title: healthpkg nightly
+seed: "002"
+description: One flaky test, one broken by a commit.
+cron: "0 2 * * *"
+start_date: 2026-11-01
+repositories:
+  - {{name: healthpkg, url: "{upstream}", branch: main}}
+targets:
+  - {{name: cpu, arch: amd64}}
+thresholds: {{flaky_share_max: 0.5, quarantine_clean_nights: 2}}
+stages:
+  - {{name: sources, kind: sources, description: The pinned checkout.}}
+  - {{name: wheels, kind: wheels, deps: [sources], description: The wheel.}}
+  - {{name: environment, kind: environment, deps: [wheels], description: The wheel installed., params: {{}}}}
+  - name: tests
+    kind: test_suite
+    deps: [environment]
+    description: The tests.
+    suite: {{paths: [tests], timeout_minutes: 10, runner: local}}
+  - {{name: flaky_tests, kind: test_health, deps: [tests], description: Flaky and broken tests.}}
+  - {{name: night_summary, kind: night_summary, deps: [flaky_tests], description: Summary.}}
+"""
+
+PROJECT = {
+    "pyproject.toml": """[build-system]
+requires = ["flit_core>=3.2,<4"]
+build-backend = "flit_core.buildapi"
+
+[project]
+name = "healthpkg"
+version = "1.0"
+description = "A value, and tests of it."
+""",
+    "healthpkg/__init__.py": '"""The value."""\nVALUE = 1\n',
+    "tests/test_health.py": """import pathlib
+
+import healthpkg
+
+TOGGLE = pathlib.Path({toggle!r})
+
+
+def test_stable():
+    assert True
+
+
+def test_flaky():
+    assert TOGGLE.read_text() != "fail", "the toggle said fail"
+
+
+def test_value():
+    assert healthpkg.VALUE == 1
+""",
+}
+
+
+@pytest.mark.slow
+def test_a_flaky_test_is_quarantined_and_a_broken_one_alerts_with_its_suspect_commit(
+    catalog_nights: CatalogNights, tmp_path: Path, wheelhouse: Path
+) -> None:
+    toggle = tmp_path / "toggle"
+    repo = tmp_path / "upstream" / "healthpkg"
+    for name, text in PROJECT.items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(text.format(toggle=str(toggle)) if name.startswith("tests/") else text)
+    good = commit_folder(repo)
+    pipeline = PIPELINE.format(upstream=repo)
+    alerts = catalog_nights.home / "alerts.jsonl"
+
+    toggle.write_text("pass")
+    _, stages, outcome = catalog_nights.run(pipeline, "2026-11-03")
+    assert outcome.succeeded, {s.stage: s.detail for s in stages.values()}
+
+    # Same commit, and test_flaky fails: flaky (the same pins gave both outcomes), quarantined.
+    toggle.write_text("fail")
+    key, stages, outcome = catalog_nights.run(pipeline, "2026-11-04")
+    assert outcome.succeeded, {s.stage: s.detail for s in stages.values()}
+    assert stages["tests"].detail == "2/3 passed (1 failed)"
+    with _store(catalog_nights) as store:
+        [check] = [c for c in store.checks(key) if c.name == "tests_passed"]
+        assert check.passed and "(1 of them quarantined as flaky: counted, not gating)" in check.description
+        assert "[quarantined] tests.test_health::test_flaky" in check.description
+        [verdict] = store.verdicts(key)
+        assert (verdict.test_id, verdict.state, verdict.quarantined) == (
+            "tests.test_health::test_flaky",
+            "flaky",
+            True,
+        )
+        assert store.suite_counts(key)["tests"]["failed"] == 1  # still counted
+    assert stages["flaky_tests"].detail.startswith("1 flaky (33.3% of 3), 0 broken")
+
+    # A commit after that night breaks test_value; test_flaky passes again.
+    (repo / "healthpkg/__init__.py").write_text('"""The value."""\nVALUE = 2\n')
+    env = {**os.environ, "GIT_AUTHOR_NAME": "Dana Dev", "GIT_AUTHOR_EMAIL": "dana@example.com"}
+    env |= {"GIT_AUTHOR_DATE": "2026-11-05T10:00:00Z", "GIT_COMMITTER_DATE": "2026-11-05T10:00:00Z"}
+    subprocess.run(["git", "-C", str(repo), "commit", "-qam", "make the value two"], check=True, env=env)
+    bad = git(repo, "rev-parse", "HEAD")
+    toggle.write_text("pass")
+    key, stages, outcome = catalog_nights.run(pipeline, "2026-11-06")
+    assert not outcome.succeeded  # a broken test is never quarantined
+    # The suite failed, so the test health was judged in the summary run, and alerted there.
+    assert outcome.summary_run is not None and stages["flaky_tests"].run_id == outcome.summary_run.run_id
+    warns = [json.loads(line) for line in alerts.read_text().splitlines() if '"warn"' in line]
+    [line] = [w for alert in warns for w in alert["lines"] if "no_new_broken_test" in w]
+    assert "tests.test_health::test_value fails since 2026-11-06 (last passed 2026-11-04)" in line
+    assert f"suspects: healthpkg {good[:10]}..{bad[:10]} [{bad[:10]} Dana Dev: make the value two]" in line
+    with _store(catalog_nights) as store:
+        broken = store.verdicts(key, state="broken")
+        assert [(v.test_id, v.first_bad, v.last_good) for v in broken] == [
+            ("tests.test_health::test_value", dt.date(2026, 11, 6), dt.date(2026, 11, 4))
+        ]
+        span = broken[0].suspects["healthpkg"]
+        assert (span["good"], span["bad"]) == (good, bad)
+        assert span["commits"] == [{"sha": bad, "author": "Dana Dev", "subject": "make the value two"}]
+    summary = (
+        catalog_nights.home / "artefacts/healthpkg/2026-11-06/cpu/night_summary/summary.md"
+    ).read_text()
+    assert "| flaky_tests | no_new_broken_test | WARN |" in summary
+
+
+@contextlib.contextmanager
+def _store(nights: CatalogNights) -> Iterator[Warehouse]:
+    """The home's warehouse, as the night's resources open it."""
+    with dg.build_resources({"warehouse": resources_for("local", nights.home)["warehouse"]}) as resolved:
+        yield resolved.warehouse.store()
