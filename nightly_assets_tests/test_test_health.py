@@ -17,7 +17,8 @@ import pytest
 
 from nightly_assets.resources import resources_for
 from nightly_assets.results import NightKey, Outcome, TestCase, TestReport
-from nightly_assets.testing import health
+from nightly_assets.testing import health, health_checks
+from nightly_assets.testing.flakiness import Verdict
 from nightly_assets.warehouse import Warehouse
 from nightly_assets_tests.catalog_nights import CatalogNights
 from nightly_assets_tests.git_repo import commit_folder, git
@@ -198,6 +199,10 @@ def test_a_flaky_test_is_quarantined_and_a_broken_one_alerts_with_its_suspect_co
         )
         assert store.suite_counts(key)["tests"]["failed"] == 1  # still counted
     assert stages["flaky_tests"].detail.startswith("1 flaky (33.3% of 3), 0 broken")
+    summary = (
+        catalog_nights.home / "artefacts/healthpkg/2026-11-04/cpu/night_summary/summary.md"
+    ).read_text()
+    assert "| tests | tests.test_health::test_flaky | flaky (quarantined) | 50% |" in summary
 
     # A commit after that night breaks test_value; test_flaky passes again.
     (repo / "healthpkg/__init__.py").write_text('"""The value."""\nVALUE = 2\n')
@@ -233,3 +238,23 @@ def _store(nights: CatalogNights) -> Iterator[Warehouse]:
     """The home's warehouse, as the night's resources open it."""
     with dg.build_resources({"warehouse": resources_for("local", nights.home)["warehouse"]}) as resolved:
         yield resolved.warehouse.store()
+
+
+def test_torch_spyres_gates_name_their_figures_and_limits() -> None:
+    key = dg.AssetKey(["torch_spyre", "flaky_tests"])
+    flaky = [
+        health.Judged("tests", f"t::test_{i}", i, Verdict("flaky", "passed on a retry"), False, START)
+        for i in range(5)
+    ]
+    under = health_checks.flaky_share(key, flaky[:4], 100, 0.05)
+    assert under.passed and under.description.startswith("4 flaky of 100 tests that ran (4.00%, limit 5%)")
+    at_limit = health_checks.flaky_share(key, flaky, 100, 0.05)  # the RFC: less than 5 %
+    assert not at_limit.passed and at_limit.severity == dg.AssetCheckSeverity.ERROR
+    counts = {"total": 200, "passed": 9, "failed": 1, "error": 0, "skipped": 190, "collected": 0}
+    stage_1 = health_checks.in_scope_share(key, "tests_pytorch_in_scope", counts, 0.05)
+    assert stage_1.passed and stage_1.description == (
+        "10 of 200 in-scope tests of tests_pytorch_in_scope ran (5.0%, rollout stage needs 5%)"
+    )
+    assert not health_checks.in_scope_share(key, "tests_pytorch_in_scope", counts, 0.25).passed
+    missing = health_checks.in_scope_share(key, "tests_pytorch_in_scope", None, 0.05)
+    assert not missing.passed and "has no results tonight" in (missing.description or "")

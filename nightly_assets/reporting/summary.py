@@ -9,10 +9,11 @@ from dataclasses import dataclass
 from nightly_assets.artefacts.resources import ArtefactStoreResource
 from nightly_assets.catalog.models import Pipeline
 from nightly_assets.results import CheckOutcome, NightKey, TestCase
-from nightly_assets.warehouse.rows import MachineCost
+from nightly_assets.warehouse.rows import MachineCost, TestVerdict
 from nightly_assets.warehouse.store import Warehouse
 
 NAMED_FAILURES = 10  # failing tests named per suite
+NAMED_VERDICTS = 20  # flaky and broken tests named
 # Worst first: the night's status is the worst that applies.
 NIGHT_STATUSES = ("failure", "cancelled", "partial", "warn", "success")
 _ROW_STATUS = {"failure": "failure", "cancelled": "cancelled", "skipped": "partial"}
@@ -38,6 +39,7 @@ class NightSummary:
     checks: list[CheckOutcome]  # the failed ones
     costs: Sequence[MachineCost]
     status: str
+    verdicts: Sequence[TestVerdict] = ()  # the test health stage's flaky, broken and too-new tests
 
     @property
     def failed_tests(self) -> int:
@@ -68,7 +70,8 @@ def night_summary(
     judged_rows = [r for r in rows if judged is None or r.stage in judged]
     judged_checks = [c for c in checks if judged is None or c.stage in judged]
     status = night_status(judged_rows, _failed_tests(suites), judged_checks)
-    return NightSummary(key, rows, suites, failures, checks, store.costs(key), status)
+    verdicts = store.verdicts(key)
+    return NightSummary(key, rows, suites, failures, checks, store.costs(key), status, verdicts)
 
 
 def _failed_tests(suites: dict[str, dict[str, int]]) -> int:
@@ -156,6 +159,21 @@ def summary_markdown(summary: NightSummary) -> str:
             more = summary.suites[suite]["failed"] + summary.suites[suite]["error"] - len(cases)
             if more > 0:
                 lines.append(f"| {suite} | … and {more} more | | |")
+    if summary.verdicts:
+        shown = sorted(summary.verdicts, key=lambda v: (v.state != "broken", v.state, v.suite, v.test_id))
+        lines += [
+            "",
+            "### Flaky and broken tests",
+            "",
+            "| Suite | Test | Verdict | Pass rate | Why |",
+            "|---|---|---|---|---|",
+        ]
+        for v in shown[:NAMED_VERDICTS]:
+            verdict = v.state + (" (quarantined)" if v.quarantined else "")
+            rate = "" if v.pass_rate is None else f"{v.pass_rate:.0%}"
+            lines.append(f"| {v.suite} | {_cell(v.test_id)} | {verdict} | {rate} | {_cell(v.reason)} |")
+        if len(shown) > NAMED_VERDICTS:
+            lines.append(f"| … | {len(shown) - NAMED_VERDICTS} more | | | |")
     if summary.checks:
         lines += ["", "### Failed checks", "", "| Stage | Check | Severity | Why |", "|---|---|---|---|"]
         for check in summary.checks:

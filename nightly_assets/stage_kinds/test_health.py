@@ -68,15 +68,17 @@ def build_test_health_asset(spec: StageSpec) -> dg.AssetsDefinition:
             store.record_verdicts(run.key, [_verdict(j, spans) for j in judged])
             run.checks.append(health_checks.flaky_share(spec.key, flaky, ran, thresholds.flaky_share_max))
             run.checks.append(health_checks.no_new_broken(spec.key, judged, spans))
+            in_scope = ""
             if params.in_scope_suite and thresholds.in_scope_share_min is not None:
-                run.checks.append(
-                    health_checks.in_scope_share(
-                        spec.key,
-                        params.in_scope_suite,
-                        counts.get(params.in_scope_suite),
-                        thresholds.in_scope_share_min,
-                    )
+                check = health_checks.in_scope_share(
+                    spec.key,
+                    params.in_scope_suite,
+                    counts.get(params.in_scope_suite),
+                    thresholds.in_scope_share_min,
                 )
+                run.checks.append(check)
+                if "share" in check.metadata:
+                    in_scope = f"; in-scope share {check.metadata['share'].value:.1%}"
             states = {
                 s: sum(j.verdict.state == s for j in judged) for s in ("flaky", "broken", "insufficient")
             }
@@ -90,7 +92,7 @@ def build_test_health_asset(spec: StageSpec) -> dg.AssetsDefinition:
             )
             run.detail = (
                 f"{states['flaky']} flaky ({health.share(len(flaky), ran):.1%} of {ran}), "
-                f"{states['broken']} broken over {len(histories.nights)} nights"
+                f"{states['broken']} broken over {len(histories.nights)} nights{in_scope}"
             )
         yield from stage_events(
             run,
