@@ -1,6 +1,8 @@
 """`nightly tests ...`: the warehouse's test history questions from a shell. Which tests pass
-less than always (`rates`), which failed tonight after passing the night before (`new`), and one
-test's record night by night (`history`); each prints a table, or JSON with `--json`."""
+less than always (`rates`), which failed tonight after passing the night before (`new`), one
+test's record night by night (`history`), a night's flaky and broken tests as its test_health
+stage judged them (`flaky`), and the benchmark changes confirmed (`regressions`); each prints a
+table, or JSON with `--json`."""
 
 from __future__ import annotations
 
@@ -12,7 +14,9 @@ from typing import Any
 
 from nightly_assets.catalog.models import Pipeline
 from nightly_assets.results import NightKey
+from nightly_assets.sources.suspects import suspect_text
 from nightly_assets.warehouse.history import PassRate, TestRun
+from nightly_assets.warehouse.rows import Regression, TestVerdict
 from nightly_assets.warehouse.store import Warehouse
 
 
@@ -40,7 +44,14 @@ def add_parser(sub: Any) -> None:
         "test_id", help="classname::name as in the summary, e.g. tests.test_reduce::test_mean"
     )
     history.add_argument("--limit", type=_positive, default=30)
-    for parser in (rates, new, history):
+    flaky = actions.add_parser("flaky", help="a night's flaky, broken and too-new tests (test_health)")
+    flaky.add_argument("pipeline")
+    flaky.add_argument("--night", required=True, help="YYYY-MM-DD")
+    flaky.add_argument("--target", help="default: the pipeline's only target")
+    regressions = actions.add_parser("regressions", help="benchmark changes confirmed, newest first")
+    regressions.add_argument("pipeline")
+    regressions.add_argument("--target", help="default: every target")
+    for parser in (rates, new, history, flaky, regressions):
         parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
@@ -56,9 +67,15 @@ def run(
     elif args.action == "new":
         key = NightKey(pipeline.name, night(pipeline, args.night), _target(pipeline, args.target))
         _print_runs(f"{key}: newly failing (passed the previous night)", store.newly_failing(key), args.json)
-    else:
+    elif args.action == "history":
         runs = store.test_history(pipeline.name, args.suite, args.test_id, limit=args.limit)
         _print_runs(f"{pipeline.name} {args.suite} {args.test_id}: newest first", runs, args.json)
+    elif args.action == "flaky":
+        key = NightKey(pipeline.name, night(pipeline, args.night), _target(pipeline, args.target))
+        _print_verdicts(key, store.verdicts(key), args.json)
+    else:
+        only = None if args.target is None else _target(pipeline, args.target)
+        _print_regressions(pipeline.name, store.regressions(pipeline.name, target=only), args.json)
     return 0
 
 
@@ -112,6 +129,39 @@ def _print_runs(title: str, runs: list[TestRun], as_json: bool) -> None:
             f"  {row['night']}  {row['target']:<14}  {row['outcome']:<7}  {row['suite']:<20}  {row['test']}"
             + (f"  {first_line[0][:120]}" if first_line else "")
         )
+
+
+def _print_verdicts(key: NightKey, verdicts: list[TestVerdict], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps([_plain(vars(v)) for v in verdicts], indent=2))
+        return
+    print(f"{key}: {len(verdicts)} tests flaky, broken or too new to tell")
+    for v in verdicts:
+        state = v.state + (" (quarantined)" if v.quarantined else "")
+        print(f"  {state:<20}  {v.suite:<20}  {v.test_id}  {v.reason}")
+        for repo, span in v.suspects.items():
+            print(f"    suspects: {suspect_text(repo, span)}")
+
+
+def _print_regressions(pipeline: str, found: list[Regression], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps([_plain(vars(r)) for r in found], indent=2))
+        return
+    print(f"{pipeline}: {len(found)} benchmark changes confirmed")
+    for r in found:
+        change = (r.after - r.before) / abs(r.before) if r.before else float("inf")
+        word = "regressed" if r.worse else "improved"
+        print(
+            f"  {r.night}  {r.target:<14}  {r.name:<24}  {word} {abs(change):.1%} from {r.first_bad} "
+            f"(last good {r.last_good}; {r.before:.4g} → {r.after:.4g} {r.unit})"
+        )
+        for repo, span in r.commits.items():
+            print(f"    suspects: {suspect_text(repo, span)}")
+
+
+def _plain(row: dict[str, Any]) -> dict[str, Any]:
+    """Dates as ISO strings, for JSON."""
+    return {k: v.isoformat() if isinstance(v, dt.date) else v for k, v in row.items()}
 
 
 def _positive(text: str) -> int:

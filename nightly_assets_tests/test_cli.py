@@ -11,6 +11,7 @@ import pytest
 
 from nightly_assets.cli import main
 from nightly_assets.results import NightKey, TestCase, TestReport
+from nightly_assets.warehouse.rows import Regression, TestVerdict
 from nightly_assets.warehouse.store import Warehouse
 from nightly_assets_tests.cli_nights import (
     processes_with,
@@ -216,6 +217,77 @@ def test_tests_answers_the_history_questions_from_the_warehouse(dagster_home, ni
     ]
     assert main(["tests", "rates", "demo", "--target", "gpu"]) == 2
     assert capsys.readouterr().err == "nightly: pipeline 'demo': gpu: expected one of cpu\n"
+
+
+def test_tests_flaky_and_regressions_read_what_the_stages_recorded(dagster_home, nightly_home, capsys):
+    store = Warehouse(f"sqlite:///{nightly_home}/warehouse.sqlite")
+    key = NightKey("demo", dt.date(2026, 11, 6), "cpu")
+    span = {
+        "good": "a" * 40,
+        "bad": "b" * 40,
+        "commits": [{"sha": "b" * 40, "author": "Dana", "subject": "x"}],
+    }
+    store.record_verdicts(
+        key,
+        [
+            TestVerdict(
+                "tests_unit", 1, "t::test_flaky", "flaky", "passed on a retry", 0.5, True, None, None, {}
+            ),
+            TestVerdict(
+                "tests_unit",
+                2,
+                "t::test_value",
+                "broken",
+                "fails",
+                0.0,
+                False,
+                key.night,
+                dt.date(2026, 11, 4),
+                {"sample": span},
+            ),
+        ],
+    )
+    store.record_regressions(
+        key,
+        [
+            Regression(
+                "demo",
+                key.night,
+                "cpu",
+                "matmul_64",
+                dt.date(2026, 11, 5),
+                dt.date(2026, 11, 4),
+                1.0,
+                1.5,
+                "s",
+                True,
+                {"sample": span},
+            )
+        ],
+    )
+    store.dispose()
+    assert main(["tests", "flaky", "demo", "--night", "2026-11-06"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "demo/2026-11-06/cpu: 2 tests flaky, broken or too new to tell"
+    assert out[1].split() == [
+        "flaky",
+        "(quarantined)",
+        "tests_unit",
+        "t::test_flaky",
+        "passed",
+        "on",
+        "a",
+        "retry",
+    ]
+    assert out[3] == f"    suspects: sample {'a' * 10}..{'b' * 10} [{'b' * 10} Dana: x]"
+    assert main(["tests", "regressions", "demo", "--json"]) == 0
+    [found] = json.loads(capsys.readouterr().out)
+    assert (found["name"], found["first_bad"], found["worse"]) == ("matmul_64", "2026-11-05", True)
+    assert main(["tests", "regressions", "demo"]) == 0
+    assert (
+        "matmul_64                 regressed 50.0% from 2026-11-05 (last good 2026-11-04"
+        in capsys.readouterr().out
+    )
 
 
 @pytest.mark.mysql
