@@ -49,7 +49,7 @@ def test_a_second_run_of_a_night_waits_for_the_first(dagster_home, nightly_home,
     night = store.night(KEY)
     assert night is not None and night.status == "success"
     stages = store.stages(KEY)
-    assert len(stages) == 11 and {s.status for s in stages} == {"success"}
+    assert len(stages) == 12 and {s.status for s in stages} == {"success"}
     assert len({s.run_id for s in stages}) == 1 and stages[0].run_id == night.run_id  # all the second's
     alerts = nightly_home / "alerts.jsonl"
     errors = [a for a in map(json.loads, alerts.read_text().splitlines())] if alerts.exists() else []

@@ -288,8 +288,9 @@ def test_a_backfill_from_the_dialog_and_a_re_execution_from_failure_are_followed
         assert row is not None and row.pins == ui.pins[night], "the backfill pinned another commit"
         assert row.run_id != ui.first_runs[night]
         stages = ui.store.stages(key)
-        assert len(stages) == len({s.stage for s in stages}) == 10  # replaced, never duplicated
-        assert {s.run_id for s in stages if s.stage != "night_summary"} == {
+        assert len(stages) == len({s.stage for s in stages}) == 11  # replaced, never duplicated
+        # the suites failed: the summary run judged the test health and wrote the summary
+        assert {s.run_id for s in stages if s.stage not in ("flaky_tests", "night_summary")} == {
             next(r.run_id for r in runs if r.tags["dagster/partition"] == f"{night}|cpu")
         }
 

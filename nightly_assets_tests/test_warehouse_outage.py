@@ -79,7 +79,7 @@ def test_a_night_survives_a_database_restart_and_ends_with_its_status(
     night = store.night(KEY)
     assert night is not None and night.status == "success", output
     stages = {s.stage: s.status for s in store.stages(KEY)}
-    assert set(stages.values()) == {"success"} and len(stages) == 11
+    assert set(stages.values()) == {"success"} and len(stages) == 12
     [(night_, value, pins)] = store.benchmark_series(
         "demo", "cpu", "sleep", before=dt.date(2026, 11, 4), limit=1
     )
