@@ -39,7 +39,7 @@ def build_definitions(directory: Path | None = None) -> dg.Definitions:
         sensors=[
             *build_alert_sensors(catalog, [p.summary_job for p in pipelines]),
             build_missing_night_sensor(catalog, {name: p.schedule for name, p in by_name.items()}),
-            *(p.pr_sensor for p in pipelines if p.pr_sensor),
+            *(s for p in pipelines for s in p.sensors),
             build_tpu_sweeper_sensor(catalog, env == "prod"),
         ],
         resources=resources_for(env, nightly_home()),

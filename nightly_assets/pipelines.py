@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import dagster as dg
 
 from nightly_assets.catalog.models import Catalog, Pipeline
+from nightly_assets.culprits.sensors import build_culprit_sensor, culprit_job_name
 from nightly_assets.github.sensors import build_pr_label_sensor
 from nightly_assets.partitions import night_of_tick, partition_key, pipeline_partitions
 from nightly_assets.reporting.alerts import PIPELINE_TAG
@@ -31,10 +32,16 @@ class PipelineDefs:
     schedule: dg.ScheduleDefinition
     pr_job: dg.JobDefinition | None = None  # tier 3 of seed 003: a pipeline with a PR label
     pr_sensor: dg.SensorDefinition | None = None
+    culprit_job: "UnresolvedAssetJobDefinition | None" = None  # a pipeline with a culprit_search stage
+    culprit_sensor: dg.SensorDefinition | None = None
 
     @property
     def jobs(self) -> "list[UnresolvedAssetJobDefinition]":
-        return [self.nightly_job, self.summary_job]
+        return [self.nightly_job, self.summary_job, *([self.culprit_job] if self.culprit_job else [])]
+
+    @property
+    def sensors(self) -> list[dg.SensorDefinition]:
+        return [s for s in (self.pr_sensor, self.culprit_sensor) if s is not None]
 
     def definitions(self) -> dg.Definitions:
         """The pipeline on its own, as its NightlyPipeline component builds it."""
@@ -42,7 +49,7 @@ class PipelineDefs:
             assets=self.assets,
             jobs=[*self.jobs, *([self.pr_job] if self.pr_job else [])],
             schedules=[self.schedule],
-            sensors=[self.pr_sensor] if self.pr_sensor else [],
+            sensors=self.sensors,
         )
 
 
@@ -59,9 +66,11 @@ def build_pipeline(catalog: Catalog, catalog_dir: Path, pipeline: Pipeline, env:
         for stage in pipeline.stages
     ]
     tags = {PIPELINE_TAG: pipeline.name}
+    culprit_keys = [dg.AssetKey([pipeline.name, s.name]) for s in pipeline.stages_of("culprit_search")]
     nightly_job = dg.define_asset_job(
         nightly_job_name(pipeline.name),
-        selection=dg.AssetSelection.groups(pipeline.name),
+        # a culprit search runs on its own, after the night: its job and sensor below
+        selection=dg.AssetSelection.groups(pipeline.name) - dg.AssetSelection.assets(*culprit_keys),
         tags=tags,
         description=f"One night of {pipeline.title} for one target.",
     )
@@ -74,11 +83,22 @@ def build_pipeline(catalog: Catalog, catalog_dir: Path, pipeline: Pipeline, env:
         description="Writes a night's summary table (and its test health) after a night run that did not.",
     )
     schedule = _night_schedule(pipeline, nightly_job, schedule_running)
-    if pipeline.github is None or pipeline.github.pr_label is None:
-        return PipelineDefs(assets, nightly_job, summary_job, schedule)
-    pr_job = build_pr_job(pipeline, catalog.pool_of(pipeline.pr_stage()))
-    pr_sensor = build_pr_label_sensor(pipeline, pr_job, pr_op_name(pipeline.name), env == "prod")
-    return PipelineDefs(assets, nightly_job, summary_job, schedule, pr_job, pr_sensor)
+    culprit_job = culprit_sensor = None
+    if culprit_keys:
+        culprit_job = dg.define_asset_job(
+            culprit_job_name(pipeline.name),
+            selection=dg.AssetSelection.assets(*culprit_keys),
+            tags=tags,
+            description="Bisects the commits of a night's new failures and regressions.",
+        )
+        culprit_sensor = build_culprit_sensor(pipeline, culprit_job)
+    pr_job = pr_sensor = None
+    if pipeline.github is not None and pipeline.github.pr_label is not None:
+        pr_job = build_pr_job(pipeline, catalog.pool_of(pipeline.pr_stage()))
+        pr_sensor = build_pr_label_sensor(pipeline, pr_job, pr_op_name(pipeline.name), env == "prod")
+    return PipelineDefs(
+        assets, nightly_job, summary_job, schedule, pr_job, pr_sensor, culprit_job, culprit_sensor
+    )
 
 
 def _night_schedule(

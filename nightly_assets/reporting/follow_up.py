@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import dagster as dg
 
 from nightly_assets.catalog.models import Catalog
+from nightly_assets.culprits.sensors import culprit_job_name
 from nightly_assets.night_lease import FINISHED_STATUSES, PROCESS_TAG, process_gone
 from nightly_assets.reporting.alerts import alerts_for_run
 from nightly_assets.reporting.night_runs import NightInRun, RunRecord, read_run
@@ -153,7 +154,8 @@ def _follow_up(
             store.set_night_status(night.key, CANCELLED, only_if="running")
         summary = summary_stage(catalog, night.key.pipeline)
         summary_failed = any(f.stage == summary and not f.interrupted for f in night.failed_steps)
-        if summary not in night.materialized and not summary_failed:
+        searched = run.job_name == culprit_job_name(night.key.pipeline)  # after the night's summary
+        if summary not in night.materialized and not summary_failed and not searched:
             summaries.append(night)
     store.release_leases(run.run_id)
     alerts = alerts_for_run(record, catalog)

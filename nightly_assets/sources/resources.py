@@ -95,6 +95,26 @@ class GitSourcesResource(dg.ConfigurableResource):
             )
         return self.describe(name, url, sha)
 
+    def ensure_mirror(self, name: str, url: str) -> Path:
+        """The repository's mirror, fetched only when this machine has none yet."""
+        return self._mirror_path(name) if self._has_mirror(name) else self.mirror(name, url)
+
+    def rev_list(self, name: str, url: str, good: str | None, bad: str, limit: int = 1000) -> list[str]:
+        """The first-parent commits after `good` up to `bad`, oldest first (`bad` alone without
+        `good`): the range a culprit search bisects. At most `limit`, the newest ones."""
+        for sha in (good, bad):
+            if sha is not None and not _SHA.match(sha):
+                raise SourceError(f"repository '{name}': {sha!r} is not a commit SHA")
+        mirror = self.ensure_mirror(name, url)
+        span = [f"{good}..{bad}"] if good else ["-1", bad]
+        try:
+            out = _git(
+                ["-C", str(mirror), "rev-list", "--first-parent", f"--max-count={limit}", *span, "--"], 60
+            )
+        except CommandError as exc:
+            raise SourceError(f"repository '{name}': cannot list commits {good}..{bad}: {exc}") from None
+        return list(reversed(out.output.split()))
+
     def describe(self, name: str, url: str, sha: str) -> Pin:
         mirror = self.mirror(name, url) if not self._has_mirror(name) else self._mirror_path(name)
         line = _git(["-C", str(mirror), "show", "-s", "--format=%cI%x00%s", sha, "--"], 60).output
@@ -109,7 +129,7 @@ class GitSourcesResource(dg.ConfigurableResource):
         for sha in (good, bad):
             if sha is not None and not _SHA.match(sha):
                 raise SourceError(f"repository '{name}': {sha!r} is not a commit SHA")
-        mirror = self._mirror_path(name) if self._has_mirror(name) else self.mirror(name, url)
+        mirror = self.ensure_mirror(name, url)
         span = [f"{good}..{bad}"] if good else ["-1", bad]
         try:
             out = _git(

@@ -94,6 +94,16 @@ class Observation:
             object.__setattr__(self, "pins", Pins(self.pins))
 
 
+MIN_WHOLESALE_FAILURES = 5  # a suite of three tests with two failing is no infra failure
+
+
+def is_wholesale(ran: int, failed: int, share: float = 0.5) -> bool:
+    """Whether a suite's run failed wholesale (an infra failure): nothing ran, or at least `share`
+    of what ran failed, and at least MIN_WHOLESALE_FAILURES tests (a small suite's failures are
+    its tests' own)."""
+    return ran == 0 or failed >= max(share * ran, MIN_WHOLESALE_FAILURES)
+
+
 def infra_nights(
     tallies: Mapping[dt.date, tuple[int, int]], share: float = 0.5, *, max_outage_nights: int = 3
 ) -> set[dt.date]:
@@ -101,7 +111,7 @@ def infra_nights(
     or errored in `tallies`) failed, or none ran. A wholesale failure that has lasted more than
     `max_outage_nights` up to the newest night is no outage but a suite-wide breakage (a commit
     broke the suite): those nights are left in, so its tests are reported broken."""
-    wholesale = {night for night, (ran, failed) in tallies.items() if failed >= share * ran}
+    wholesale = {night for night, (ran, failed) in tallies.items() if is_wholesale(ran, failed, share)}
     newest_first = sorted(tallies, reverse=True)
     ongoing = next((i for i, night in enumerate(newest_first) if night not in wholesale), len(tallies))
     if ongoing > max_outage_nights:

@@ -15,7 +15,7 @@ from sqlalchemy import delete, insert, null, select
 from sqlalchemy.orm import Session
 
 from nightly_assets.results import NightKey, TestReport, node_id_of
-from nightly_assets.testing.flakiness import Observation, infra_nights
+from nightly_assets.testing.flakiness import Observation, infra_nights, is_wholesale
 from nightly_assets.warehouse.history import FAILED, RAN, batches, is_key
 from nightly_assets.warehouse.tables import NightTable, SuiteTable, TestCaseTable, TestEvidenceTable, node_key
 
@@ -31,7 +31,7 @@ def earlier_run(session: Session, key: NightKey, suite: str) -> dict[int, bool] 
         select(t.test_key, t.outcome).where(*is_key(t, key), t.suite == suite, t.outcome.in_(RAN))
     ).all()
     failed = {k: outcome in FAILED for k, outcome in rows if k is not None}
-    if not failed or sum(failed.values()) >= INFRA_SHARE * len(failed):
+    if is_wholesale(len(failed), sum(failed.values()), INFRA_SHARE):
         return None
     return failed
 
@@ -42,7 +42,7 @@ def record(session: Session, key: NightKey, report: TestReport, replaced: dict[i
     t = TestEvidenceTable
     session.execute(delete(t).where(*is_key(t, key), t.suite == report.suite, t.kind == "retry"))
     ran = [c for c in report.cases if c.outcome in RAN]
-    infra = sum(c.outcome in FAILED for c in ran) >= INFRA_SHARE * len(ran) if ran else True
+    infra = is_wholesale(len(ran), sum(c.outcome in FAILED for c in ran), INFRA_SHARE)
     rows = []
     night = {"pipeline": key.pipeline, "night": key.night, "target": key.target, "suite": report.suite}
     for case in ran:

@@ -13,6 +13,7 @@ from nightly_assets.results import CheckOutcome, NightKey
 from nightly_assets.warehouse.tables import (
     CheckTable,
     CostTable,
+    CulpritTable,
     NightTable,
     RegressionTable,
     StageTable,
@@ -180,3 +181,24 @@ def test_verdict(row: TestVerdictTable) -> TestVerdict:
     return TestVerdict(
         **{name: getattr(row, name) for name in VERDICT_COLUMNS}, suspects=json.loads(row.suspects)
     )
+
+
+@dataclass(frozen=True)
+class Culprit:
+    """What a culprit search of a night found for one subject (see tables.CulpritTable)."""
+
+    subject: str
+    outcome: str
+    repo: str | None
+    commit: str | None
+    author: str | None
+    title: str | None
+    detail: str
+    probes: list[dict[str, str]]
+
+
+CULPRIT_COLUMNS = ("subject", "outcome", "repo", "commit", "author", "title", "detail")
+
+
+def culprit(row: CulpritTable) -> Culprit:
+    return Culprit(**{name: getattr(row, name) for name in CULPRIT_COLUMNS}, probes=json.loads(row.probes))

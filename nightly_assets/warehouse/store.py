@@ -34,8 +34,10 @@ from nightly_assets.warehouse.history import PassRate, TestRun, batches, is_key
 from nightly_assets.warehouse.rows import (
     COST_COLUMNS,
     COUNT_COLUMNS,
+    CULPRIT_COLUMNS,
     REGRESSION_COLUMNS,
     VERDICT_COLUMNS,
+    Culprit,
     MachineCost,
     NightOverview,
     NightRow,
@@ -43,6 +45,7 @@ from nightly_assets.warehouse.rows import (
     StageRow,
     TestVerdict,
     check_outcome,
+    culprit,
     machine_cost,
     night_row,
     regression,
@@ -55,6 +58,7 @@ from nightly_assets.warehouse.tables import (
     BenchmarkTable,
     CheckTable,
     CostTable,
+    CulpritTable,
     LeaseTable,
     NightTable,
     RegressionTable,
@@ -278,6 +282,19 @@ class Warehouse:
             for r in found
         ]
         self._replace(RegressionTable, is_key(RegressionTable, key), rows)
+
+    def record_culprits(self, key: NightKey, found: Sequence[Culprit]) -> None:
+        """Replace the key's culprit search results."""
+        rows = [
+            {**_key(key), **{n: getattr(c, n) for n in CULPRIT_COLUMNS}, "probes": json.dumps(c.probes)}
+            for c in found
+        ]
+        self._replace(CulpritTable, is_key(CulpritTable, key), rows)
+
+    def culprits(self, key: NightKey) -> list[Culprit]:
+        """The key's culprit search results, in the order searched."""
+        query = select(CulpritTable).where(*is_key(CulpritTable, key)).order_by(CulpritTable.id)
+        return [culprit(r) for r in self._read(lambda s: s.scalars(query).all())]
 
     def record_cost(self, key: NightKey, cost: MachineCost) -> None:
         """Replace the cost row of (key, cost.stage)."""

@@ -216,6 +216,24 @@ class RegressionTable(_Keyed, Base):
     commits: Mapped[str] = mapped_column(LongText)
 
 
+class CulpritTable(_Keyed, Base):
+    """A culprit search of the key's night: for one new failure or regression (`subject`: the
+    suite and test ids, or the benchmark), the first bad commit it names, or why it names none
+    (`outcome`: found, not reproduced, inconclusive, not searchable), and its probes (JSON)."""
+
+    __tablename__ = "culprits"
+    __table_args__ = (Index("ix_culprits_key", "pipeline", "night", "target"), _MYSQL_OPTIONS)
+
+    subject: Mapped[str] = mapped_column(LongText)
+    outcome: Mapped[str] = mapped_column(String(STATUS_LEN))
+    repo: Mapped[str | None] = mapped_column(String(NAME_LEN))
+    commit: Mapped[str | None] = mapped_column(String(64))
+    author: Mapped[str | None] = mapped_column(Text)
+    title: Mapped[str | None] = mapped_column(Text)  # the commit's subject line
+    detail: Mapped[str] = mapped_column(LongText)
+    probes: Mapped[str] = mapped_column(LongText)
+
+
 class CostTable(_Keyed, Base):
     """What a stage's rented machine cost (seed 003: a TPU VM's lifetime x its hourly price)."""
 
@@ -273,6 +291,7 @@ ALL_TABLES: tuple[type[Base], ...] = (
     TestVerdictTable,
     BenchmarkTable,
     RegressionTable,
+    CulpritTable,
     CostTable,
     CheckTable,
     LeaseTable,

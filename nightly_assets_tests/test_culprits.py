@@ -1,0 +1,180 @@
+"""Culprit search: the bisection on its own, and a real night whose new failure is bisected to the
+commit that broke it by the pipeline's culprit_search stage, started from the sensor's request."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import dagster as dg
+import pytest
+from dagster._core.test_utils import freeze_time
+
+from nightly_assets.catalog.loader import load_catalog
+from nightly_assets.culprits.bisect import Verdict, first_bad_commit
+from nightly_assets.culprits.probes import pytest_node_id
+from nightly_assets.culprits.sensors import culprit_job_name
+from nightly_assets.definitions import build_definitions
+from nightly_assets.night import execute_partition
+from nightly_assets.reporting.follow_up import follow_up_run
+from nightly_assets.resources import resources_for
+from nightly_assets_tests.catalog_nights import CatalogNights
+from nightly_assets_tests.git_repo import commit_folder, git
+
+COMMITS = [f"c{i}" for i in range(10)]
+
+
+def bisect(bad_from: int, skips: frozenset[int] = frozenset(), reproduces: bool = True):
+    probed: list[str] = []
+
+    def probe(commit: str) -> tuple[Verdict, str]:
+        probed.append(commit)
+        index = COMMITS.index(commit)
+        if index in skips:
+            return "skip", "does not build"
+        if index == len(COMMITS) - 1 and not reproduces:
+            return "good", "passed"
+        return ("bad" if index >= bad_from else "good"), "probe"
+
+    return first_bad_commit(COMMITS, probe), probed
+
+
+@pytest.mark.parametrize("bad_from", range(10))
+def test_bisection_names_the_first_bad_commit_in_log2_probes(bad_from: int) -> None:
+    found, probed = bisect(bad_from)
+    assert (found.outcome, found.first_bad) == ("found", COMMITS[bad_from])
+    assert len(probed) == len(set(probed)) <= 5  # the bad end, then about log2(10)
+
+
+def test_skipped_commits_are_stepped_around_or_leave_the_candidates() -> None:
+    found, _ = bisect(6, skips=frozenset({2, 4}))
+    assert (found.outcome, found.first_bad) == ("found", "c6")
+    found, _ = bisect(6, skips=frozenset({4, 5}))  # as git bisect: c4 and c5 may be the first bad
+    assert found.outcome == "inconclusive" and found.candidates == ["c4", "c5", "c6"]
+    found, _ = bisect(5, skips=frozenset({5}))  # the first bad one cannot be built: c5 or c6
+    assert found.outcome == "inconclusive" and found.candidates == ["c5", "c6"]
+    assert found.describe().startswith("one of 2 commits (c5, c6)")
+
+
+def test_a_failure_that_does_not_reproduce_at_the_bad_commit_names_none() -> None:
+    found, probed = bisect(3, reproduces=False)
+    assert (found.outcome, found.first_bad, probed) == ("not reproduced", None, ["c9"])
+
+
+def test_junit_ids_become_pytest_node_ids(tmp_path: Path) -> None:
+    (tmp_path / "tests" / "unit").mkdir(parents=True)
+    (tmp_path / "tests" / "unit" / "test_ops.py").write_text("")
+    assert pytest_node_id(tmp_path, "tests.unit.test_ops::test_add") == "tests/unit/test_ops.py::test_add"
+    assert (
+        pytest_node_id(tmp_path, "tests.unit.test_ops.TestOps::test_add[int]")
+        == "tests/unit/test_ops.py::TestOps::test_add[int]"
+    )
+    assert pytest_node_id(tmp_path, "elsewhere.test_x::test_y") == "elsewhere.test_x::test_y"
+
+
+PIPELINE = """
+name: bisected
+title: bisected nightly
+seed: "002"
+description: A failure bisected to its commit.
+cron: "0 2 * * *"
+start_date: 2026-11-01
+repositories:
+  - {{name: bisected, url: "{upstream}", branch: main}}
+targets:
+  - {{name: cpu, arch: amd64}}
+stages:
+  - {{name: sources, kind: sources, description: The pinned checkout.}}
+  - {{name: wheels, kind: wheels, deps: [sources], description: The wheel.}}
+  - {{name: environment, kind: environment, deps: [wheels], description: The wheel installed., params: {{}}}}
+  - name: tests
+    kind: test_suite
+    deps: [environment]
+    description: The tests.
+    suite: {{paths: [tests], timeout_minutes: 10, runner: local}}
+  - {{name: flaky_tests, kind: test_health, deps: [tests], description: Flaky and broken tests.}}
+  - {{name: night_summary, kind: night_summary, deps: [flaky_tests], description: Summary.}}
+  - {{name: culprits, kind: culprit_search, deps: [flaky_tests], description: The first bad commit.}}
+"""
+
+PROJECT = {
+    "pyproject.toml": """[build-system]
+requires = ["flit_core>=3.2,<4"]
+build-backend = "flit_core.buildapi"
+
+[project]
+name = "bisected"
+version = "1.0"
+description = "A value, and a test of it."
+""",
+    "bisected/__init__.py": '"""The value."""\nVALUE = 1\n',
+    "tests/test_value.py": "import bisected\n\n\ndef test_value():\n    assert bisected.VALUE == 1\n",
+}
+
+
+@pytest.mark.slow
+def test_a_new_failure_is_bisected_to_the_commit_that_broke_it(
+    catalog_nights: CatalogNights, tmp_path: Path, wheelhouse: Path
+) -> None:
+    repo = tmp_path / "upstream" / "bisected"
+    for name, text in PROJECT.items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(text)
+    commit_folder(repo)
+    pipeline = PIPELINE.format(upstream=repo)
+    _, stages, outcome = catalog_nights.run(pipeline, "2026-11-03")
+    assert outcome.succeeded and "culprits" not in stages  # not part of the night's run
+
+    # Three commits on 11-04: a README, the one that breaks the value, another README.
+    when = "2026-11-04T10:00:00Z"
+    env = {**os.environ, "GIT_AUTHOR_DATE": when, "GIT_COMMITTER_DATE": when}
+    env |= {"GIT_COMMITTER_NAME": "ci", "GIT_COMMITTER_EMAIL": "ci@example.com"}
+    for author, path, text, message in [
+        ("Ann", "README", "docs\n", "add a README"),
+        ("Dana Dev", "bisected/__init__.py", '"""The value."""\nVALUE = 2\n', "make the value two"),
+        ("Ann", "README", "more docs\n", "more README"),
+    ]:
+        (repo / path).write_text(text)
+        identity = {"GIT_AUTHOR_NAME": author, "GIT_AUTHOR_EMAIL": "a@example.com"}
+        subprocess.run(["git", "-C", str(repo), "add", "-A"], check=True)
+        subprocess.run(["git", "-C", str(repo), "commit", "-qm", message], check=True, env=env | identity)
+    culprit = git(repo, "rev-parse", "HEAD~1")
+    key, stages, outcome = catalog_nights.run(pipeline, "2026-11-04")
+    assert not outcome.succeeded
+
+    catalog = load_catalog(catalog_nights.catalog)
+    defs = build_definitions(catalog_nights.catalog)
+    resources = resources_for("local", catalog_nights.home)
+    sensor = defs.resolve_sensor_def("bisected_culprit_search")
+    with dg.build_resources({"warehouse": resources["warehouse"], "notifier": resources["notifier"]}) as r:
+        with (
+            dg.build_sensor_context(
+                instance=catalog_nights.instance, resources={"warehouse": r.warehouse}
+            ) as ctx,
+            freeze_time(dt.datetime(2026, 11, 5, 9, tzinfo=dt.UTC)),
+        ):
+            [request] = sensor(ctx)
+        assert request.partition_key == "2026-11-04|cpu" and request.run_key == "culprits-2026-11-04|cpu"
+        succeeded, run = execute_partition(defs, catalog_nights.instance, culprit_job_name("bisected"), key)
+        assert succeeded
+        done = follow_up_run(catalog_nights.instance, run, catalog, r.notifier, r.warehouse.store())
+        assert done is not None and done.summaries == []  # the night's summary stays as it was
+        [found] = r.warehouse.store().culprits(key)
+    assert (found.outcome, found.repo, found.commit, found.author, found.title) == (
+        "found",
+        "bisected",
+        culprit,
+        "Dana Dev",
+        "make the value two",
+    )
+    assert found.subject == "tests: tests.test_value::test_value"
+    assert [p["verdict"] for p in found.probes] == ["bad", "good", "bad"]  # HEAD, HEAD~2, HEAD~1
+    alerts = [json.loads(line) for line in (catalog_nights.home / "alerts.jsonl").read_text().splitlines()]
+    lines = [line for a in alerts for line in a["lines"] if "first_bad_commit" in line]
+    assert lines == [
+        f"culprits:first_bad_commit failed: tests: tests.test_value::test_value: first bad commit "
+        f"bisected {culprit[:10]} Dana Dev: make the value two"
+    ]
