@@ -24,8 +24,11 @@ from nightly_assets import history_cli
 from nightly_assets.artefacts.serve import serve_artefacts
 from nightly_assets.catalog.loader import CatalogError, catalog_dir, load_catalog
 from nightly_assets.catalog.models import Catalog, Pipeline
-from nightly_assets.night import run_night
+from nightly_assets.culprits.checks import culprit_line
+from nightly_assets.culprits.sensors import culprit_job_name
+from nightly_assets.night import execute_partition, run_night
 from nightly_assets.pipelines import nightly_job_name
+from nightly_assets.reporting.follow_up import follow_up_run
 from nightly_assets.reporting.summary import night_summary
 from nightly_assets.resources import resources_for
 from nightly_assets.results import NightKey
@@ -47,6 +50,12 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("pipeline")
     run.add_argument("--night", required=True, help="YYYY-MM-DD (UTC)")
     run.add_argument("--target", help="one target of the pipeline's matrix (default: all)")
+    culprits = sub.add_parser(
+        "culprits", help="bisect a night's new failures and regressions to their commit"
+    )
+    culprits.add_argument("pipeline")
+    culprits.add_argument("--night", required=True, help="YYYY-MM-DD (UTC)")
+    culprits.add_argument("--target", help="one target of the pipeline's matrix (default: all)")
     sub.add_parser("init", help="set up DAGSTER_HOME (dagster.yaml, pool limits from the catalog)")
     status = sub.add_parser("status", help="nights x targets x stages with state and test counts")
     status.add_argument("--pipeline", help="only this pipeline")
@@ -71,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
             return _run(catalog, args.pipeline, args.night, args.target)
         if args.command == "tests":
             return _tests(catalog, args)
+        if args.command == "culprits":
+            return _culprits(catalog, args.pipeline, args.night, args.target)
         return _status(catalog, args.pipeline, args.json)
     except (CatalogError, UsageError, WarehouseError, SettingsError, history_cli.TargetError) as exc:
         print(f"nightly: {exc}", file=sys.stderr)
@@ -196,6 +207,36 @@ def _run(catalog: Catalog, name: str, night_text: str, target: str | None) -> in
             night_row = store.night(key)
             ok = outcome.succeeded and night_row is not None and night_row.status in ("success", "warn")
             worst = max(worst, 0 if ok else 1)
+    return worst
+
+
+def _culprits(catalog: Catalog, name: str, night_text: str, target: str | None) -> int:
+    """Run the pipeline's culprit search job for the night, as its sensor would, and print what it named."""
+    pipeline = _pipeline(catalog, name)
+    if not pipeline.stages_of("culprit_search"):
+        raise UsageError(f"pipeline '{name}' has no culprit_search stage (see the README's Culprit search)")
+    night = _night(pipeline, night_text)
+    targets = [t.name for t in pipeline.targets]
+    if target is not None and target not in targets:
+        raise UsageError(f"--target {target!r}: pipeline '{name}' has targets {', '.join(targets)}")
+    from nightly_assets.definitions import build_definitions
+
+    defs = build_definitions(catalog_dir())
+    inst = instance(catalog)
+    _sigterm_as_interrupt()
+    worst = 0
+    with _resources() as resources:
+        store = resources.warehouse.store()
+        for t in [target] if target else targets:
+            key = NightKey(name, night, t)
+            print(f"== {key}: {culprit_job_name(name)}")
+            succeeded, run = execute_partition(defs, inst, culprit_job_name(name), key, _say)
+            done = follow_up_run(inst, run, catalog, resources.notifier, store)
+            for alert in done.alerts if done else []:
+                print(f"!! alert ({alert.severity}): {alert.title}")
+            for found in store.culprits(key):
+                print(f"  {culprit_line(found)}")
+            worst = max(worst, 0 if succeeded else 1)
     return worst
 
 

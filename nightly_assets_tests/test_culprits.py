@@ -13,13 +13,10 @@ import dagster as dg
 import pytest
 from dagster._core.test_utils import freeze_time
 
-from nightly_assets.catalog.loader import load_catalog
+from nightly_assets.cli import main
 from nightly_assets.culprits.bisect import Verdict, first_bad_commit
 from nightly_assets.culprits.probes import pytest_node_id
-from nightly_assets.culprits.sensors import culprit_job_name
 from nightly_assets.definitions import build_definitions
-from nightly_assets.night import execute_partition
-from nightly_assets.reporting.follow_up import follow_up_run
 from nightly_assets.resources import resources_for
 from nightly_assets_tests.catalog_nights import CatalogNights
 from nightly_assets_tests.git_repo import commit_folder, git
@@ -117,7 +114,11 @@ description = "A value, and a test of it."
 
 @pytest.mark.slow
 def test_a_new_failure_is_bisected_to_the_commit_that_broke_it(
-    catalog_nights: CatalogNights, tmp_path: Path, wheelhouse: Path
+    catalog_nights: CatalogNights,
+    tmp_path: Path,
+    wheelhouse: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     repo = tmp_path / "upstream" / "bisected"
     for name, text in PROJECT.items():
@@ -145,7 +146,6 @@ def test_a_new_failure_is_bisected_to_the_commit_that_broke_it(
     key, stages, outcome = catalog_nights.run(pipeline, "2026-11-04")
     assert not outcome.succeeded
 
-    catalog = load_catalog(catalog_nights.catalog)
     defs = build_definitions(catalog_nights.catalog)
     resources = resources_for("local", catalog_nights.home)
     sensor = defs.resolve_sensor_def("bisected_culprit_search")
@@ -158,11 +158,18 @@ def test_a_new_failure_is_bisected_to_the_commit_that_broke_it(
         ):
             [request] = sensor(ctx)
         assert request.partition_key == "2026-11-04|cpu" and request.run_key == "culprits-2026-11-04|cpu"
-        succeeded, run = execute_partition(defs, catalog_nights.instance, culprit_job_name("bisected"), key)
-        assert succeeded
-        done = follow_up_run(catalog_nights.instance, run, catalog, r.notifier, r.warehouse.store())
-        assert done is not None and done.summaries == []  # the night's summary stays as it was
-        [found] = r.warehouse.store().culprits(key)
+        # What the sensor's run does, from the command line.
+        monkeypatch.setenv("NIGHTLY_CATALOG_DIR", str(catalog_nights.catalog))
+        monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "cli_home"))
+        assert main(["culprits", "bisected", "--night", "2026-11-04"]) == 0
+        out = capsys.readouterr().out
+        assert f"first bad commit bisected {culprit[:10]} Dana Dev: make the value two" in out
+        store = r.warehouse.store()
+        [found] = store.culprits(key)
+        # the night's own rows stay as the night wrote them: no new summary, the night still failed
+        assert store.night(key).status == "failure"
+        summary = next(s for s in store.stages(key) if s.stage == "night_summary")
+        assert summary.run_id == stages["night_summary"].run_id
     assert (found.outcome, found.repo, found.commit, found.author, found.title) == (
         "found",
         "bisected",
