@@ -13,11 +13,16 @@ import dagster as dg
 import pytest
 from dagster._core.test_utils import freeze_time
 
+from nightly_assets.catalog.loader import load_catalog
 from nightly_assets.cli import main
 from nightly_assets.culprits.bisect import Verdict, first_bad_commit
 from nightly_assets.culprits.probes import pytest_node_id
+from nightly_assets.culprits.search import Searcher, Subject
 from nightly_assets.definitions import build_definitions
 from nightly_assets.resources import resources_for
+from nightly_assets.results import NightKey
+from nightly_assets.stage_kinds.culprit_search import CulpritSearchParams
+from nightly_assets_tests.catalog_files import write_pipeline
 from nightly_assets_tests.catalog_nights import CatalogNights
 from nightly_assets_tests.git_repo import commit_folder, git
 
@@ -59,6 +64,9 @@ def test_skipped_commits_are_stepped_around_or_leave_the_candidates() -> None:
 def test_a_failure_that_does_not_reproduce_at_the_bad_commit_names_none() -> None:
     found, probed = bisect(3, reproduces=False)
     assert (found.outcome, found.first_bad, probed) == ("not reproduced", None, ["c9"])
+    found, probed = bisect(3, skips=frozenset({9}))  # the bad night's commit no longer builds
+    assert (found.outcome, probed) == ("inconclusive", ["c9"])
+    assert found.describe() == "the bad commit itself could not be probed (does not build)"
 
 
 def test_junit_ids_become_pytest_node_ids(tmp_path: Path) -> None:
@@ -185,3 +193,78 @@ def test_a_new_failure_is_bisected_to_the_commit_that_broke_it(
         f"culprits:first_bad_commit failed: tests: tests.test_value::test_value: first bad commit "
         f"bisected {culprit[:10]} Dana Dev: make the value two"
     ]
+
+
+BENCH_PIPELINE = """
+name: benched
+title: benched nightly
+seed: "003"
+description: A benchmark regression bisected to its commit.
+cron: "0 2 * * *"
+start_date: 2026-11-01
+repositories:
+  - {{name: benched, url: "{upstream}", branch: main}}
+targets:
+  - {{name: cpu, arch: amd64}}
+stages:
+  - {{name: sources, kind: sources, description: The pinned checkout.}}
+  - {{name: wheels, kind: wheels, deps: [sources], description: The wheel.}}
+  - {{name: environment, kind: environment, deps: [wheels], description: The wheel installed., params: {{}}}}
+  - name: benchmarks
+    kind: benchmarks
+    deps: [environment]
+    runner: local
+    description: The cost, as timing JSON.
+    params: {{command: [python, -m, benched, "{{output}}"]}}
+  - {{name: perf_baseline, kind: perf_baseline, deps: [benchmarks], description: The level.}}
+  - {{name: night_summary, kind: night_summary, deps: [perf_baseline], description: Summary.}}
+"""
+
+BENCH_PROJECT = {
+    "pyproject.toml": PROJECT["pyproject.toml"].replace("bisected", "benched"),
+    "benched/__init__.py": '"""The cost."""\nCOST = 1.0\n',
+    # A deterministic "timing": the probe's verdict is the commit's, not the machine's noise.
+    "benched/__main__.py": (
+        "import json, sys\nfrom benched import COST\n"
+        'json.dump({"benchmarks": [{"name": "cost", "value": COST}]}, open(sys.argv[1], "w"))\n'
+    ),
+}
+
+
+@pytest.mark.slow
+def test_a_benchmark_regression_is_bisected_by_running_the_benchmark_per_probe(
+    catalog_nights: CatalogNights, tmp_path: Path, wheelhouse: Path
+) -> None:
+    repo = tmp_path / "upstream" / "benched"
+    for name, text in BENCH_PROJECT.items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(text)
+    good = commit_folder(repo)
+    for cost, message in [("1.0", "refactor"), ("1.5", "slow path"), ("1.5", "docs")]:
+        (repo / "benched/__init__.py").write_text(f'"""The cost."""\nCOST = {cost}\n# {message}\n')
+        git(repo, "commit", "-qam", message)
+    bad, culprit = git(repo, "rev-parse", "HEAD"), git(repo, "rev-parse", "HEAD~1")
+    write_pipeline(catalog_nights.catalog, BENCH_PIPELINE.format(upstream=repo))
+    pipeline = load_catalog(catalog_nights.catalog).pipelines["benched"]
+    resources = resources_for("local", catalog_nights.home)
+    with dg.build_resources({k: resources[k] for k in ("warehouse", "git", "builder", "test_runner")}) as r:
+        store = r.warehouse.store()
+        key = NightKey("benched", dt.date(2026, 11, 6), "cpu")
+        for day, sha in [(5, good), (6, bad)]:
+            night = NightKey("benched", dt.date(2026, 11, day), "cpu")
+            store.record_night(night, run_id="r", status="success", pins={"benched": sha})
+        searcher = Searcher(
+            pipeline,
+            store,
+            key,
+            tmp_path / "work",
+            r.git,
+            r.builder,
+            r.test_runner,
+            CulpritSearchParams(),
+            print,
+        )
+        subject = Subject(None, dt.date(2026, 11, 5), dt.date(2026, 11, 6), benchmark=("cost", 1.0, 1.5))
+        found = searcher.search(subject)
+    assert (found.outcome, found.commit, found.title) == ("found", culprit, "slow path"), found.detail
+    assert [p["why"].split(" (")[0] for p in found.probes] == ["cost 1.5", "cost 1", "cost 1.5"]

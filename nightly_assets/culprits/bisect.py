@@ -31,6 +31,12 @@ class Search:
             return f"first bad commit {self.first_bad} ({len(self.probes)} probes)"
         if self.outcome == "not reproduced":
             return f"the failure does not reproduce at the bad commit ({self.probes[0][2]})"
+        if not self.candidates:
+            return (
+                f"the bad commit itself could not be probed ({self.probes[0][2]})"
+                if self.probes
+                else "no commits"
+            )
         named = ", ".join(c[:10] for c in self.candidates)
         return f"one of {len(self.candidates)} commits ({named}): the ones between could not be judged"
 
@@ -53,8 +59,9 @@ def first_bad_commit(commits: Sequence[str], probe: Probe, *, max_probes: int = 
 
     if not commits:
         return search
-    if judge(commits[-1]) != "bad":
-        search.outcome = "not reproduced"
+    at_bad_end = judge(commits[-1])
+    if at_bad_end != "bad":  # a skip there: nothing to compare the others with
+        search.outcome = "not reproduced" if at_bad_end == "good" else "inconclusive"
         return search
     lo, hi = -1, len(commits) - 1  # commits[lo] is good (-1: the good night's pin), commits[hi] bad
     while hi - lo > 1 and len(search.probes) < max_probes:
