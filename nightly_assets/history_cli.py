@@ -135,7 +135,8 @@ def _print_verdicts(key: NightKey, verdicts: list[TestVerdict], as_json: bool) -
     if as_json:
         print(json.dumps([_plain(vars(v)) for v in verdicts], indent=2))
         return
-    print(f"{key}: {len(verdicts)} tests flaky, broken or too new to tell")
+    noun = "test" if len(verdicts) == 1 else "tests"
+    print(f"{key}: {len(verdicts)} {noun} flaky, broken or too new to tell")
     for v in verdicts:
         state = v.state + (" (quarantined)" if v.quarantined else "")
         print(f"  {state:<20}  {v.suite:<20}  {v.test_id}  {v.reason}")

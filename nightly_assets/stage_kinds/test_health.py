@@ -92,7 +92,7 @@ def build_test_health_asset(spec: StageSpec) -> dg.AssetsDefinition:
             )
             run.detail = (
                 f"{states['flaky']} flaky ({health.share(len(flaky), ran):.1%} of {ran}), "
-                f"{states['broken']} broken over {len(histories.nights)} nights{in_scope}"
+                f"{states['broken']} broken over {_nights(len(histories.nights))}{in_scope}"
             )
         yield from stage_events(
             run,
@@ -103,6 +103,10 @@ def build_test_health_asset(spec: StageSpec) -> dg.AssetsDefinition:
         )
 
     return _test_health
+
+
+def _nights(count: int) -> str:
+    return "1 night" if count == 1 else f"{count} nights"
 
 
 def _verdict(judged: Judged, spans: dict[SpanKey, dict[str, Any]]) -> TestVerdict:
