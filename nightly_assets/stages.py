@@ -146,9 +146,6 @@ class StageRun:
     # its results are recorded, then its step fails, so the UI shows the night failed on this asset.
     failure: str | None = None
     checks: list[dg.AssetCheckResult] = field(default_factory=list)
-    # False: a failed ERROR check is recorded and alerts, but the step does not fail (a follow-up
-    # run after the night's run ended has nothing left to gate, only the summary to write).
-    failed_checks_fail_stage: bool = True
     published: list[Path] = field(default_factory=list)  # files to link besides the folder's reports
     links: dict[str, str] = field(default_factory=dict)  # file name -> URL, once the stage ended
     folder_link: str = ""
@@ -231,7 +228,7 @@ def recorded_stage(
     duration = time.monotonic() - started
     run.manifest.setdefault("runner", runner_name)
     run.manifest["duration_s"] = round(duration, 3)
-    if run.failure is None and run.failed_checks_fail_stage:  # after the results are kept
+    if run.failure is None:  # a failed blocking check fails its stage, after the results are kept
         failed = [c for c in run.checks if not c.passed and c.severity == dg.AssetCheckSeverity.ERROR]
         if failed:
             run.failure = "; ".join(

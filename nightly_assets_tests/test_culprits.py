@@ -69,6 +69,14 @@ def test_a_failure_that_does_not_reproduce_at_the_bad_commit_names_none() -> Non
     assert found.describe() == "the bad commit itself could not be probed (does not build)"
 
 
+def test_a_failure_at_the_good_nights_commit_too_names_no_commit() -> None:
+    """Something outside the range broke it (a dependency released since): nobody in it is blamed."""
+    found = first_bad_commit(COMMITS, lambda commit: ("bad", f"{commit} fails"), good="g")
+    assert (found.outcome, found.first_bad) == ("not reproduced", None)
+    assert [c for c, _, _ in found.probes][-1] == "g"
+    assert found.describe() == "at the good night's commit too (g fails): not this range"
+
+
 def test_junit_ids_become_pytest_node_ids(tmp_path: Path) -> None:
     (tmp_path / "tests" / "unit").mkdir(parents=True)
     (tmp_path / "tests" / "unit" / "test_ops.py").write_text("")

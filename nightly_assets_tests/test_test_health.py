@@ -96,6 +96,9 @@ def test_the_write_keeps_retries_and_disagreeing_reruns_and_histories_hold_only_
     assert new.verdict.state == "broken" and new.new_failure and not new.quarantined
     assert (new.verdict.first_bad, new.verdict.last_good) == (night(3).night, night(2).night)
     assert new.verdict.suspects == {"app": ("a1", "a2")}
+    # Broken the night before too: no new failure (alerted and searched once).
+    again = health.judge(found, night(3).night, clean_nights=3, broken_before={("unit", "tests.t::test_new")})
+    assert not next(j for j in again if j.test_id == "tests.t::test_new").new_failure
 
     # A re-run that replaces an infra failure (every test failed) is no flaky evidence.
     warehouse.record_test_report(
@@ -243,7 +246,7 @@ def _store(nights: CatalogNights) -> Iterator[Warehouse]:
 def test_torch_spyres_gates_name_their_figures_and_limits() -> None:
     key = dg.AssetKey(["torch_spyre", "flaky_tests"])
     flaky = [
-        health.Judged("tests", f"t::test_{i}", i, Verdict("flaky", "passed on a retry"), False, START)
+        health.Judged("tests", f"t::test_{i}", i, Verdict("flaky", "passed on a retry"), False)
         for i in range(5)
     ]
     under = health_checks.flaky_share(key, flaky[:4], 100, 0.05)

@@ -25,10 +25,15 @@ class Search:
     probes: list[tuple[str, Verdict, str]] = field(default_factory=list)
     # inconclusive: the commits the first bad one is among (skipped ones left no narrower range)
     candidates: list[str] = field(default_factory=list)
+    reason: str = ""  # why, when the good night's commit did not pass either
 
     def describe(self) -> str:
         if self.outcome == "found":
             return f"first bad commit {self.first_bad} ({len(self.probes)} probes)"
+        if self.outcome == "not reproduced" and self.probes[-1][1] == "bad" and len(self.probes) > 1:
+            return (
+                f"it fails at the good night's commit too ({self.probes[-1][2]}): not a commit of the range"
+            )
         if self.outcome == "not reproduced":
             return f"the failure does not reproduce at the bad commit ({self.probes[0][2]})"
         if not self.candidates:
@@ -44,9 +49,12 @@ class Search:
 Probe = Callable[[str], tuple[Verdict, str]]
 
 
-def first_bad_commit(commits: Sequence[str], probe: Probe, *, max_probes: int = 32) -> Search:
-    """Bisect `commits` (oldest first; the last one is the bad night's pin; the good night's pin is
-    before the first) with `probe(commit) -> (verdict, why)`."""
+def first_bad_commit(
+    commits: Sequence[str], probe: Probe, *, good: str | None = None, max_probes: int = 32
+) -> Search:
+    """Bisect `commits` (oldest first; the last one is the bad night's pin; `good`, the good night's
+    pin, is before the first) with `probe(commit) -> (verdict, why)`. When the search ends next to
+    the good end, `good` is probed too: a failure there as well is nothing this range did."""
     search = Search("inconclusive")
     seen: dict[str, Verdict] = {}
 
@@ -73,6 +81,12 @@ def first_bad_commit(commits: Sequence[str], probe: Probe, *, max_probes: int = 
             hi = middle
         elif verdict == "good":
             lo = middle
+    if hi - lo == 1 and lo == -1 and good is not None:
+        at_good_end = judge(good)
+        if at_good_end != "good":  # fails (or cannot run) at the good night's commit now too
+            search.outcome = "not reproduced" if at_good_end == "bad" else "inconclusive"
+            search.reason = f"at the good night's commit too ({search.probes[-1][2]}): not this range"
+            return search
     if hi - lo == 1:
         search.outcome, search.first_bad = "found", commits[hi]
     else:

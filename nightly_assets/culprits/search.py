@@ -24,6 +24,9 @@ if TYPE_CHECKING:
     from nightly_assets.stage_kinds.culprit_search import CulpritSearchParams
 
 
+MAX_COMMITS = 1000  # a longer range is no night's worth of change
+
+
 @dataclass(frozen=True)
 class Subject:
     """What went bad: tests of a suite stage, or a benchmark with its good and bad levels."""
@@ -94,9 +97,15 @@ class Searcher:
                 why = f"{len(changed)} repositories changed ({names}); reverting one alone does not tell"
                 return Culprit(subject.label, "inconclusive", None, None, None, None, why, [])
             repo = blamed[0]
-        commits = self.git.rev_list(repo, urls[repo], good.get(repo), bad[repo])
+        commits = self.git.rev_list(repo, urls[repo], good.get(repo), bad[repo], limit=MAX_COMMITS + 1)
+        if len(commits) > MAX_COMMITS:
+            why = f"more than {MAX_COMMITS} commits of {repo} between the two nights"
+            return Culprit(subject.label, "inconclusive", repo, None, None, None, why, [])
         found = first_bad_commit(
-            commits, lambda sha: probe({**bad, repo: sha}), max_probes=self.params.max_probes
+            commits,
+            lambda sha: probe({**bad, repo: sha}),
+            good=good.get(repo),
+            max_probes=self.params.max_probes,
         )
         return self._culprit(subject, repo, urls[repo], found)
 

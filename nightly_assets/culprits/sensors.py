@@ -51,8 +51,12 @@ def build_culprit_sensor(pipeline: Pipeline, job: UnresolvedAssetJobDefinition) 
 
 
 def due(store: Warehouse, key: NightKey) -> bool:
-    """Whether the night has something to search: a test broken from it, or a regression confirmed on it."""
-    broken = any(v.first_bad == key.night for v in store.verdicts(key, state="broken"))
+    """Whether the night has something to search: a new failure, or a regression confirmed on it,
+    once the night has its final status and no search recorded yet."""
+    night = store.night(key)
+    if night is None or night.status == "running" or store.culprits(key):
+        return False  # not summarized yet (its verdicts may still come), or already searched
+    broken = any(v.new_failure for v in store.verdicts(key, state="broken"))
     return broken or any(
         r.night == key.night and r.worse for r in store.regressions(key.pipeline, target=key.target)
     )

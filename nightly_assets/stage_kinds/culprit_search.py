@@ -4,8 +4,8 @@ good and the first bad night, re-running only the failing tests (or the benchmar
 and name the first bad commit. Its own job runs it, started by a sensor (culprits.sensors) or from
 the UI or `nightly run`; the night's rows stay as the night wrote them."""
 
+import datetime as dt
 from collections.abc import Iterator
-from typing import Any
 
 import dagster as dg
 from pydantic import Field
@@ -74,13 +74,15 @@ def build_culprit_search_asset(spec: StageSpec) -> dg.AssetsDefinition:
 def subjects_of(store: Warehouse, key: NightKey, max_tests: int) -> list[Subject]:
     """The night's new failures (per suite, those that last passed on the same night) and the
     benchmark regressions confirmed on it."""
-    groups: dict[tuple[str, Any], list[str]] = {}
+    groups: dict[tuple[str, dt.date, dt.date], list[str]] = {}
     for verdict in store.verdicts(key, state="broken"):
-        if verdict.first_bad == key.night and verdict.last_good is not None:
-            groups.setdefault((verdict.suite, verdict.last_good), []).append(verdict.test_id)
+        if verdict.new_failure and verdict.first_bad is not None and verdict.last_good is not None:
+            groups.setdefault((verdict.suite, verdict.last_good, verdict.first_bad), []).append(
+                verdict.test_id
+            )
     subjects = [
-        Subject(stage=suite, last_good=last_good, first_bad=key.night, tests=tests[:max_tests])
-        for (suite, last_good), tests in groups.items()
+        Subject(stage=suite, last_good=last_good, first_bad=first_bad, tests=tests[:max_tests])
+        for (suite, last_good, first_bad), tests in groups.items()
     ]
     for regression in store.regressions(key.pipeline, target=key.target):
         if regression.night == key.night and regression.worse:

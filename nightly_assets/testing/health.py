@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from nightly_assets.results import NightKey, TestCase
 from nightly_assets.testing.flakiness import Verdict, classify, in_quarantine
-from nightly_assets.warehouse.evidence import Histories
+from nightly_assets.warehouse.evidence import Histories, TestName
 from nightly_assets.warehouse.store import Warehouse
 from nightly_assets.warehouse.tables import node_key
 
@@ -27,17 +28,21 @@ class Judged:
     test_key: int
     verdict: Verdict
     quarantined: bool
-    night: dt.date
-
-    @property
-    def new_failure(self) -> bool:
-        """Broken from this night on: what alerts, once."""
-        return self.verdict.state == "broken" and self.verdict.first_bad == self.night
+    # broken tonight and not the night before (a new failure, a flaky test that broke, a suite
+    # outage that outlasted infra): what alerts and is searched for its culprit, once
+    new_failure: bool = False
 
 
-def judge(histories: Histories, night: dt.date, *, clean_nights: int | None) -> list[Judged]:
+def judge(
+    histories: Histories,
+    night: dt.date,
+    *,
+    clean_nights: int | None,
+    broken_before: AbstractSet[TestName] = frozenset(),
+) -> list[Judged]:
     """The verdict of every test of `histories` observed on `night` that is not stable; with
-    `clean_nights` (quarantine opted into) whether its failures are quarantined."""
+    `clean_nights` (quarantine opted into) whether its failures are quarantined; a broken test
+    not in `broken_before` (the previous night's broken tests) is a new failure."""
     judged = []
     for (suite, test_id), observations in histories.tests.items():
         if observations[-1].night != night:
@@ -49,7 +54,8 @@ def judge(histories: Histories, night: dt.date, *, clean_nights: int | None) -> 
         quarantined = clean_nights is not None and in_quarantine(
             observations, clean_nights=clean_nights, infra=infra
         )
-        judged.append(Judged(suite, test_id, histories.keys[(suite, test_id)], verdict, quarantined, night))
+        new = verdict.state == "broken" and (suite, test_id) not in broken_before
+        judged.append(Judged(suite, test_id, histories.keys[(suite, test_id)], verdict, quarantined, new))
     return sorted(judged, key=lambda j: (j.verdict.state, j.suite, j.test_id))
 
 
@@ -72,6 +78,8 @@ def quarantined_failures(
         key.pipeline, key.target, until=key.night, nights=nights, suites=[suite], only={suite: keys}
     )
     infra = histories.infra.get(suite, set())
+    if key.night in infra:
+        return set()  # a suite failing wholesale tonight: its failures are no flakes
     return {
         test_id
         for (_, test_id), observations in histories.tests.items()

@@ -159,6 +159,7 @@ class TestVerdict:
     reason: str
     pass_rate: float | None
     quarantined: bool
+    new_failure: bool  # broken tonight and not the night before: alerted and searched once
     first_bad: dt.date | None
     last_good: dt.date | None
     suspects: dict[str, Any]  # repo -> {"good", "bad", "commits": [{"sha", "author", "subject"}]}
@@ -172,6 +173,7 @@ VERDICT_COLUMNS = (
     "reason",
     "pass_rate",
     "quarantined",
+    "new_failure",
     "first_bad",
     "last_good",
 )

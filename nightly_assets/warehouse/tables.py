@@ -177,6 +177,7 @@ class TestVerdictTable(_Keyed, Base):
     reason: Mapped[str] = mapped_column(LongText)
     pass_rate: Mapped[float | None] = mapped_column(Double)
     quarantined: Mapped[bool]
+    new_failure: Mapped[bool]  # broken tonight and not the night before
     first_bad: Mapped[dt.date | None] = mapped_column(Date)
     last_good: Mapped[dt.date | None] = mapped_column(Date)
     suspects: Mapped[str] = mapped_column(LongText)
