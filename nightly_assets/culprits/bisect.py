@@ -30,10 +30,8 @@ class Search:
     def describe(self) -> str:
         if self.outcome == "found":
             return f"first bad commit {self.first_bad} ({len(self.probes)} probes)"
-        if self.outcome == "not reproduced" and self.probes[-1][1] == "bad" and len(self.probes) > 1:
-            return (
-                f"it fails at the good night's commit too ({self.probes[-1][2]}): not a commit of the range"
-            )
+        if self.reason:
+            return self.reason
         if self.outcome == "not reproduced":
             return f"the failure does not reproduce at the bad commit ({self.probes[0][2]})"
         if not self.candidates:
