@@ -205,9 +205,10 @@ class _Replay:
         least = self.s.min_change * abs(level)
         for direction in (1.0, -1.0):
             shifted = [d * direction for d in post]
-            # The first night (the change point) and the newest (still changed tonight) must be
-            # beyond; with three or more, one night between may be an outlier the other way.
-            ends = [shifted[0], shifted[-1]] if m >= 3 else shifted
+            # The first two nights (a change point, not an outlier before one) and the newest
+            # (still changed tonight) must be beyond; with four or more, one night between may be
+            # an outlier the other way.
+            ends = [shifted[0], shifted[1], shifted[-1]] if m >= 3 else shifted
             if min(ends) < max(least, self.s.z_ends * noise) or statistics.median(shifted) < max(
                 least, z * noise
             ):

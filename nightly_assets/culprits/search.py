@@ -15,7 +15,7 @@ from nightly_assets.catalog.models import Pipeline
 from nightly_assets.culprits.bisect import Search, Verdict, first_bad_commit
 from nightly_assets.culprits.probes import Chain, NotSearchable, Prober, probe_benchmark, probe_tests
 from nightly_assets.results import NightKey
-from nightly_assets.sources.resources import GitSourcesResource, SourceError
+from nightly_assets.sources.resources import SHA, GitSourcesResource, SourceError
 from nightly_assets.testing.resources import LocalTestRunnerResource
 from nightly_assets.warehouse.rows import Culprit
 from nightly_assets.warehouse.store import Warehouse
@@ -122,4 +122,7 @@ class Searcher:
         row = self.store.night(NightKey(self.key.pipeline, night, self.key.target))
         if row is None or not row.pins:
             raise SourceError(f"night {night} recorded no pinned commits to search from")
+        for repo, sha in row.pins.items():
+            if not SHA.match(sha):
+                raise SourceError(f"night {night}: {repo} pinned {sha!r}, not a commit SHA")
         return dict(row.pins)

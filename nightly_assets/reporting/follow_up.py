@@ -154,7 +154,13 @@ def _follow_up(
             store.set_night_status(night.key, CANCELLED, only_if="running")
         summary = summary_stage(catalog, night.key.pipeline)
         summary_failed = any(f.stage == summary and not f.interrupted for f in night.failed_steps)
-        searched = run.job_name == culprit_job_name(night.key.pipeline)  # after the night's summary
+        # A run of culprit searches alone (its job, or the asset launched from the UI) comes after
+        # the night's summary: it asks for none.
+        touched = set(night.materialized) | {f.stage for f in night.failed_steps}
+        searches = {s.name for s in catalog.pipelines[night.key.pipeline].stages_of("culprit_search")}
+        searched = run.job_name == culprit_job_name(night.key.pipeline) or (
+            bool(touched) and touched <= searches
+        )
         if summary not in night.materialized and not summary_failed and not searched:
             summaries.append(night)
     store.release_leases(run.run_id)

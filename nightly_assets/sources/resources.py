@@ -16,7 +16,7 @@ from nightly_assets.process import CommandError, CommandResult, run_command
 
 SAMPLE_SCHEME = "sample:"
 _SAFE_REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")
-_SHA = re.compile(r"^[0-9a-f]{7,64}$")
+SHA = re.compile(r"^[0-9a-f]{7,64}$")
 
 
 class SourceError(RuntimeError):
@@ -95,17 +95,26 @@ class GitSourcesResource(dg.ConfigurableResource):
             )
         return self.describe(name, url, sha)
 
-    def ensure_mirror(self, name: str, url: str) -> Path:
-        """The repository's mirror, fetched only when this machine has none yet."""
-        return self._mirror_path(name) if self._has_mirror(name) else self.mirror(name, url)
+    def ensure_mirror(self, name: str, url: str, *shas: str | None) -> Path:
+        """The repository's mirror, fetched when this machine has none yet or lacks one of `shas`
+        (a mirror last fetched before those nights, on another worker)."""
+        if not self._has_mirror(name):
+            return self.mirror(name, url)
+        mirror = self._mirror_path(name)
+        for sha in filter(None, shas):
+            try:
+                _git(["-C", str(mirror), "cat-file", "-e", f"{sha}^{{commit}}"], 60)
+            except CommandError:
+                return self.mirror(name, url)
+        return mirror
 
     def rev_list(self, name: str, url: str, good: str | None, bad: str, limit: int = 1000) -> list[str]:
         """The first-parent commits after `good` up to `bad`, oldest first (`bad` alone without
         `good`): the range a culprit search bisects. At most `limit`, the newest ones."""
         for sha in (good, bad):
-            if sha is not None and not _SHA.match(sha):
+            if sha is not None and not SHA.match(sha):
                 raise SourceError(f"repository '{name}': {sha!r} is not a commit SHA")
-        mirror = self.ensure_mirror(name, url)
+        mirror = self.ensure_mirror(name, url, good, bad)
         span = [f"{good}..{bad}"] if good else ["-1", bad]
         try:
             out = _git(
@@ -127,9 +136,9 @@ class GitSourcesResource(dg.ConfigurableResource):
         """The commits after `good` up to `bad`, newest first (at most `limit`): the suspects of a
         change between two nights. `good` None: `bad` alone. Both are SHAs the warehouse recorded."""
         for sha in (good, bad):
-            if sha is not None and not _SHA.match(sha):
+            if sha is not None and not SHA.match(sha):
                 raise SourceError(f"repository '{name}': {sha!r} is not a commit SHA")
-        mirror = self.ensure_mirror(name, url)
+        mirror = self.ensure_mirror(name, url, good, bad)
         span = [f"{good}..{bad}"] if good else ["-1", bad]
         try:
             out = _git(

@@ -43,6 +43,11 @@ def build_perf_baseline_asset(spec: StageSpec) -> dg.AssetsDefinition:
             pins = night.pins if night else {}
             comparison: dict[str, dict[str, Any]] = {}
             regressions: list[Regression] = []
+            reported = {
+                (r.name, r.first_bad): r.night
+                for r in store.regressions(run.key.pipeline, target=run.key.target)
+                if r.night != run.key.night and r.worse
+            }
             for name, result in tonight.items():
                 history = store.benchmark_series(
                     run.key.pipeline, run.key.target, name, before=run.key.night, limit=HISTORY_NIGHTS
@@ -53,7 +58,14 @@ def build_perf_baseline_asset(spec: StageSpec) -> dg.AssetsDefinition:
                     series, lower_is_better=result.lower_is_better, settings=settings
                 )
                 row = _comparison(result, verdict)
-                if verdict.new is not None and verdict.new.worse:
+                if (
+                    verdict.new is not None
+                    and verdict.new.worse
+                    and (name, verdict.new.first_bad) in reported
+                ):
+                    # Confirmed again by a night backfilled out of order: alerted once, on that night.
+                    row["state"] = f"regressed (reported on {reported[(name, verdict.new.first_bad)]})"
+                elif verdict.new is not None and verdict.new.worse:
                     commits = {
                         repo: git.suspects(repo, urls.get(repo), good, bad, SUSPECTS_LISTED)
                         for repo, (good, bad) in verdict.new.commits.items()
