@@ -76,3 +76,12 @@ def test_nights_with_the_same_commits_count_once_in_the_baseline() -> None:
     assert verdict.baseline is not None and verdict.baseline < 101
     without_pins = assess(series([*values, 100.0]), lower_is_better=True)
     assert without_pins.baseline is not None and without_pins.baseline > 109
+
+
+def test_a_second_step_after_the_level_settled_alerts_again() -> None:
+    """100 -> 110 alerts; 125 eight nights later is a second regression, not the first one still
+    under way (a drift is merged; a level that held is not)."""
+    values = [*stable(30), *stable(8, 110.0), *stable(5, 125.0)]
+    worse = [c for c in assess(series(values), lower_is_better=True).change_points if c.worse]
+    assert [c.first_bad for c in worse] == [night(30), night(38)]
+    assert round(worse[1].before) == 110 and round(worse[1].after) == 125

@@ -17,7 +17,9 @@ after it. The change point is the first of those nights; the nights before it th
 pinned commits (re-runs of the same code) are not part of the baseline twice: consecutive nights
 with identical pins count as one baseline value, their median. After a change the new level is
 the regime, so the alert is raised once, on the night the change is confirmed, not every night
-after; the nights it flagged never become the old level's baseline. With fewer than
+after (a further change in the same direction within `settle` nights continues it while the
+level was still moving, a drift, and is a change of its own once the level had held); the nights
+it flagged never become the old level's baseline. With fewer than
 `min_history` nights in the first regime the state is "insufficient data", never an alert.
 """
 
@@ -144,11 +146,13 @@ class _Replay:
         before = statistics.median(ref)
         after = statistics.median(self.values[c : t + 1])
         last = self.found[-1] if self.found else None
+        settled = self._settled(self.start, c, ref)
         self.previous, self.start = (self.start, c), c
         if (
             last is not None
             and last.worse == (direction > 0)
             and c - self.index[last.first_bad] <= self.s.settle
+            and not settled
         ):
             # The same change still under way (a drift, a second step close behind): one alert.
             self.found[-1] = dataclasses.replace(last, after=after)
@@ -164,6 +168,17 @@ class _Replay:
         )
         self.found.append(point)
         self.new, self.new_nights = point, len(ref)
+
+    def _settled(self, start: int, c: int, ref: list[float]) -> bool:
+        """Whether the regime before `c` held one level (a step), rather than still moving (a
+        drift): its second half's median within the noise of its first half's."""
+        regime = self.values[start:c]
+        if len(regime) < 4:
+            return False  # too short to tell: still under way
+        half = len(regime) // 2
+        level = statistics.median(ref)
+        moved = abs(statistics.median(regime[half:]) - statistics.median(regime[:half]))
+        return moved < max(self.s.min_change * abs(level), 2 * self._noise(ref, level))
 
     def _reference(self, c: int) -> list[float]:
         """The regime's recent level before night `c`: runs of equal pins count once (their median)."""
