@@ -173,9 +173,7 @@ def instance(catalog: Catalog) -> dg.DagsterInstance:
 def _run(catalog: Catalog, name: str, night_text: str, target: str | None) -> int:
     pipeline = _pipeline(catalog, name)
     night = _night(pipeline, night_text)
-    targets = [t.name for t in pipeline.targets]
-    if target is not None and target not in targets:
-        raise UsageError(f"--target {target!r}: pipeline '{name}' has targets {', '.join(targets)}")
+    targets = _targets(pipeline, target)
     from nightly_assets.definitions import build_definitions  # loads the whole graph: only when running
 
     defs = build_definitions(catalog_dir())
@@ -185,7 +183,7 @@ def _run(catalog: Catalog, name: str, night_text: str, target: str | None) -> in
     definitions = resources_for(nightly_env(), nightly_home())
     with _resources() as resources:
         store = resources.warehouse.store()
-        for t in [target] if target else targets:
+        for t in targets:
             key = NightKey(name, night, t)
             print(f"== {key}: materializing {nightly_job_name(name)} (instance {os.environ['DAGSTER_HOME']})")
             outcome = run_night(defs, inst, catalog, key, definitions, progress=_say)
@@ -216,9 +214,7 @@ def _culprits(catalog: Catalog, name: str, night_text: str, target: str | None) 
     if not pipeline.stages_of("culprit_search"):
         raise UsageError(f"pipeline '{name}' has no culprit_search stage (see the README's Culprit search)")
     night = _night(pipeline, night_text)
-    targets = [t.name for t in pipeline.targets]
-    if target is not None and target not in targets:
-        raise UsageError(f"--target {target!r}: pipeline '{name}' has targets {', '.join(targets)}")
+    targets = _targets(pipeline, target)
     from nightly_assets.definitions import build_definitions
 
     defs = build_definitions(catalog_dir())
@@ -227,7 +223,7 @@ def _culprits(catalog: Catalog, name: str, night_text: str, target: str | None) 
     worst = 0
     with _resources() as resources:
         store = resources.warehouse.store()
-        for t in [target] if target else targets:
+        for t in targets:
             key = NightKey(name, night, t)
             print(f"== {key}: {culprit_job_name(name)}")
             succeeded, run = execute_partition(defs, inst, culprit_job_name(name), key, _say)
@@ -238,6 +234,14 @@ def _culprits(catalog: Catalog, name: str, night_text: str, target: str | None) 
                 print(f"  {culprit_line(found)}")
             worst = max(worst, 0 if succeeded else 1)
     return worst
+
+
+def _targets(pipeline: Pipeline, target: str | None) -> list[str]:
+    """The --target given (one of the pipeline's), or every target of the pipeline."""
+    targets = [t.name for t in pipeline.targets]
+    if target is not None and target not in targets:
+        raise UsageError(f"--target {target!r}: pipeline '{pipeline.name}' has targets {', '.join(targets)}")
+    return [target] if target else targets
 
 
 def _say(line: str) -> None:

@@ -78,11 +78,11 @@ def run_night(
         done = follow_up_run(instance, run, catalog, resolved.notifier, store)
         summary_run = None
         alerts, unsent = (done.alerts, dict(done.unsent)) if done else ([], {})
-        for night in done.summaries if done else []:
+        summaries, selections = (done.summaries, done.selections) if done else ([], {})
+        for night in summaries:
             if progress:
                 why = "was cancelled" if cancelled else "ended before its summary"
                 progress(f"the night {why}; writing its summary in a follow-up run")
-            assert done is not None
             _, summary_run = execute_partition(
                 defs,
                 instance,
@@ -90,7 +90,7 @@ def run_night(
                 night.key,
                 progress,
                 tags={SUMMARY_OF_TAG: run.run_id},
-                assets=done.selections.get(night.key),
+                assets=selections.get(night.key),
             )
             # Its checks (the test health judged there) alert as the daemon's sensor would.
             summarized = follow_up_run(instance, summary_run, catalog, resolved.notifier, store)

@@ -66,7 +66,7 @@ class StageSpec:
     @property
     def repo_name(self) -> str:
         """The repository the stage works on: `params.repo`, else the pipeline's first."""
-        return getattr(self.stage.typed_params, "repo", None) or self.pipeline.repositories[0].name
+        return self.pipeline.repo_of(self.stage)
 
     def params(self, model: type[P]) -> P:
         """The stage's `params`, as its kind's model validated them when the catalog loaded."""

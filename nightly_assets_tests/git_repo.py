@@ -2,6 +2,7 @@
 
 import os
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 
 COMMIT_DATE = "2026-11-02T10:00:00Z"  # before every night the tests run (from 2026-11-03)
@@ -16,6 +17,15 @@ def git(repo: Path, *argv: str) -> str:
         ["git", "-C", str(repo), *argv], check=True, env=env, capture_output=True, text=True
     )
     return done.stdout.strip()
+
+
+def commit_files(repo: Path, files: Mapping[str, str], message: str = "tree") -> str:
+    """Write `files` (relative path: text) into `repo` and commit them as a new repository on
+    `main`; the commit's SHA."""
+    for name, text in files.items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(text)
+    return commit_folder(repo, message)
 
 
 def commit_folder(repo: Path, message: str = "tree") -> str:

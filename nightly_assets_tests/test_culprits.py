@@ -24,7 +24,7 @@ from nightly_assets.results import NightKey
 from nightly_assets.stage_kinds.culprit_search import CulpritSearchParams
 from nightly_assets_tests.catalog_files import write_pipeline
 from nightly_assets_tests.catalog_nights import CatalogNights
-from nightly_assets_tests.git_repo import commit_folder, git
+from nightly_assets_tests.git_repo import commit_files, git
 
 COMMITS = [f"c{i}" for i in range(10)]
 
@@ -137,10 +137,7 @@ def test_a_new_failure_is_bisected_to_the_commit_that_broke_it(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     repo = tmp_path / "upstream" / "bisected"
-    for name, text in PROJECT.items():
-        (repo / name).parent.mkdir(parents=True, exist_ok=True)
-        (repo / name).write_text(text)
-    commit_folder(repo)
+    commit_files(repo, PROJECT)
     pipeline = PIPELINE.format(upstream=repo)
     _, stages, outcome = catalog_nights.run(pipeline, "2026-11-03")
     assert outcome.succeeded and "culprits" not in stages  # not part of the night's run
@@ -244,10 +241,7 @@ def test_a_benchmark_regression_is_bisected_by_running_the_benchmark_per_probe(
     catalog_nights: CatalogNights, tmp_path: Path, wheelhouse: Path
 ) -> None:
     repo = tmp_path / "upstream" / "benched"
-    for name, text in BENCH_PROJECT.items():
-        (repo / name).parent.mkdir(parents=True, exist_ok=True)
-        (repo / name).write_text(text)
-    good = commit_folder(repo)
+    good = commit_files(repo, BENCH_PROJECT)
     for cost, message in [("1.0", "refactor"), ("1.5", "slow path"), ("1.5", "docs")]:
         (repo / "benched/__init__.py").write_text(f'"""The cost."""\nCOST = {cost}\n# {message}\n')
         git(repo, "commit", "-qam", message)

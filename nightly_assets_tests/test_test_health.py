@@ -21,7 +21,7 @@ from nightly_assets.testing import health, health_checks
 from nightly_assets.testing.flakiness import Verdict
 from nightly_assets.warehouse import Warehouse
 from nightly_assets_tests.catalog_nights import CatalogNights
-from nightly_assets_tests.git_repo import commit_folder, git
+from nightly_assets_tests.git_repo import commit_files, git
 
 START = dt.date(2026, 11, 3)
 
@@ -174,10 +174,8 @@ def test_a_flaky_test_is_quarantined_and_a_broken_one_alerts_with_its_suspect_co
 ) -> None:
     toggle = tmp_path / "toggle"
     repo = tmp_path / "upstream" / "healthpkg"
-    for name, text in PROJECT.items():
-        (repo / name).parent.mkdir(parents=True, exist_ok=True)
-        (repo / name).write_text(text.format(toggle=str(toggle)) if name.startswith("tests/") else text)
-    good = commit_folder(repo)
+    files = {n: t.format(toggle=str(toggle)) if n.startswith("tests/") else t for n, t in PROJECT.items()}
+    good = commit_files(repo, files)
     pipeline = PIPELINE.format(upstream=repo)
     alerts = catalog_nights.home / "alerts.jsonl"
 

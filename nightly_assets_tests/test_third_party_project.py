@@ -17,7 +17,7 @@ import pytest
 
 from nightly_assets.process import cause
 from nightly_assets_tests.catalog_nights import CatalogNights
-from nightly_assets_tests.git_repo import commit_folder
+from nightly_assets_tests.git_repo import commit_files, commit_folder
 from nightly_assets_tests.peers.docker import DockerEngine
 from nightly_assets_tests.peers.pypiserver import start_pypiserver
 
@@ -171,10 +171,7 @@ def test_flat_layout_tests_import_the_installed_wheel(
     catalog_nights: CatalogNights, tmp_path: Path, wheelhouse: Path
 ) -> None:
     repo = tmp_path / "upstream" / "flatpkg"
-    for name, text in FLAT_PROJECT.items():
-        (repo / name).parent.mkdir(parents=True, exist_ok=True)
-        (repo / name).write_text(text)
-    commit_folder(repo)
+    commit_files(repo, FLAT_PROJECT)
     pipeline = PIPELINE.replace("itsdangerous", "flatpkg").format(upstream=repo, environment="{}")
     _, stages, outcome = catalog_nights.run(pipeline.replace("itsdangerous", "flatpkg"), "2026-11-03")
     assert outcome.succeeded, {s.stage: s.detail for s in stages.values()}

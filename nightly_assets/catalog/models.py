@@ -311,6 +311,10 @@ class Pipeline(StrictModel):
     def stage(self, name: str) -> Stage:
         return next(s for s in self.stages if s.name == name)
 
+    def repo_of(self, stage: Stage) -> str:
+        """The repository a stage works on: its `params.repo`, else the pipeline's first."""
+        return getattr(stage.typed_params, "repo", None) or self.repositories[0].name
+
     def upstream(self, stage: str) -> list[str]:
         """Every stage upstream of `stage`, nearest first (breadth first)."""
         frontier = list(self.stage(stage).deps)

@@ -57,9 +57,6 @@ class Chain:
             raise NotSearchable(f"stage '{stage}': runs on '{runner}'; a culprit search runs on this machine")
         return Chain(pipeline, wheels, environment, consumer)
 
-    def repo(self, stage: Stage) -> str:
-        return getattr(stage.typed_params, "repo", None) or self.pipeline.repositories[0].name
-
 
 @dataclass(frozen=True)
 class Prober:
@@ -82,10 +79,10 @@ class Prober:
                     self.git.checkout(repo, sha, tree / repo)
                 checkouts[repo] = tree / repo
             wheels = self.builder.build_wheels(
-                checkouts[self.chain.repo(self.chain.wheels)], tree / "dist", tree / "build.log"
+                checkouts[self.chain.pipeline.repo_of(self.chain.wheels)], tree / "dist", tree / "build.log"
             )
             env_params = self.chain.environment.typed_params
-            source = checkouts[self.chain.repo(self.chain.environment)]
+            source = checkouts[self.chain.pipeline.repo_of(self.chain.environment)]
             tests = env_params.test_dependencies(source, self.chain.environment.name)  # type: ignore[attr-defined]
             python = tree / "venv" / "bin" / "python"
             installed = tree / "venv.installed"  # a venv whose install failed half-way is made again
@@ -110,7 +107,7 @@ def probe_tests(
     if isinstance(built, str):
         return "skip", built
     python, checkouts, packages = built
-    checkout = checkouts[prober.chain.repo(prober.chain.consumer)]
+    checkout = checkouts[prober.chain.pipeline.repo_of(prober.chain.consumer)]
     tree = checkout.parent
     rootdir = without_installed_packages(checkout, packages, tree / "rootdir")
     if any(node.startswith("-") for node in node_ids):  # warehouse data: never an option to pytest

@@ -111,18 +111,8 @@ class GitSourcesResource(dg.ConfigurableResource):
     def rev_list(self, name: str, url: str, good: str | None, bad: str, limit: int = 1000) -> list[str]:
         """The first-parent commits after `good` up to `bad`, oldest first (`bad` alone without
         `good`): the range a culprit search bisects. At most `limit`, the newest ones."""
-        for sha in (good, bad):
-            if sha is not None and not SHA.match(sha):
-                raise SourceError(f"repository '{name}': {sha!r} is not a commit SHA")
-        mirror = self.ensure_mirror(name, url, good, bad)
-        span = [f"{good}..{bad}"] if good else ["-1", bad]
-        try:
-            out = _git(
-                ["-C", str(mirror), "rev-list", "--first-parent", f"--max-count={limit}", *span, "--"], 60
-            )
-        except CommandError as exc:
-            raise SourceError(f"repository '{name}': cannot list commits {good}..{bad}: {exc}") from None
-        return list(reversed(out.output.split()))
+        out = self._between(name, url, good, bad, ["rev-list", "--first-parent", f"--max-count={limit}"])
+        return list(reversed(out.split()))
 
     def describe(self, name: str, url: str, sha: str) -> Pin:
         mirror = self.mirror(name, url) if not self._has_mirror(name) else self._mirror_path(name)
@@ -135,19 +125,21 @@ class GitSourcesResource(dg.ConfigurableResource):
     ) -> list[Commit]:
         """The commits after `good` up to `bad`, newest first (at most `limit`): the suspects of a
         change between two nights. `good` None: `bad` alone. Both are SHAs the warehouse recorded."""
+        out = self._between(name, url, good, bad, ["log", f"--max-count={limit}", "--format=%H%x00%an%x00%s"])
+        return [Commit(*line.split("\x00", 2)) for line in out.splitlines() if line.count("\x00") == 2]
+
+    def _between(self, name: str, url: str, good: str | None, bad: str, command: list[str]) -> str:
+        """The output of git `command` over the commits after `good` up to `bad` (`bad` alone
+        without `good`), on a mirror that holds both; the SHAs are checked first."""
         for sha in (good, bad):
             if sha is not None and not SHA.match(sha):
                 raise SourceError(f"repository '{name}': {sha!r} is not a commit SHA")
         mirror = self.ensure_mirror(name, url, good, bad)
         span = [f"{good}..{bad}"] if good else ["-1", bad]
         try:
-            out = _git(
-                ["-C", str(mirror), "log", f"--max-count={limit}", "--format=%H%x00%an%x00%s", *span, "--"],
-                60,
-            )
+            return _git(["-C", str(mirror), *command, *span, "--"], 60).output
         except CommandError as exc:
             raise SourceError(f"repository '{name}': cannot list commits {good}..{bad}: {exc}") from None
-        return [Commit(*line.split("\x00", 2)) for line in out.output.splitlines() if line.count("\x00") == 2]
 
     def suspects(
         self, name: str, url: str | None, good: str | None, bad: str | None, limit: int = 10

@@ -45,11 +45,15 @@ def record(session: Session, key: NightKey, report: TestReport, replaced: dict[i
     infra = is_wholesale(len(ran), sum(c.outcome in FAILED for c in ran), INFRA_SHARE)
     rows = []
     night = {"pipeline": key.pipeline, "night": key.night, "target": key.target, "suite": report.suite}
+    compare = replaced is not None and not infra
     for case in ran:
-        if case.outcome == "passed" and case.attempts > 1:
-            rows.append({**night, "test_key": node_key(case.node_id), "kind": "retry", "outcome": "failed"})
-        if replaced is not None and not infra:
-            test_key = node_key(case.node_id)
+        retried = case.outcome == "passed" and case.attempts > 1
+        if not (retried or compare):
+            continue
+        test_key = node_key(case.node_id)
+        if retried:
+            rows.append({**night, "test_key": test_key, "kind": "retry", "outcome": "failed"})
+        if compare and replaced is not None:
             before = replaced.get(test_key)
             if before is not None and before != (case.outcome in FAILED):
                 outcome = "failed" if before else "passed"
