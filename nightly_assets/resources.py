@@ -84,6 +84,8 @@ def resources_for(env: Env, home: Path) -> dict[str, Any]:
                 poll_interval_s="NIGHTLY_BATCH_POLL_S",
                 queue="NIGHTLY_BATCH_QUEUE",
                 account="NIGHTLY_BATCH_ACCOUNT",
+                slurm_conf="NIGHTLY_SLURM_CONF",
+                unreachable_grace_s="NIGHTLY_BATCH_UNREACHABLE_GRACE_S",
             )
         ),
         "bazel_rbe": BazelRbeResource(

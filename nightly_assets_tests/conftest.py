@@ -14,6 +14,7 @@ pytest_plugins = [
     "nightly_assets_tests.peers.gcs",
     "nightly_assets_tests.peers.slack_api",
     "nightly_assets_tests.peers.pypiserver",
+    "nightly_assets_tests.peers.slurm",
     "nightly_assets_tests.tpu_harness",
     "nightly_assets_tests.catalog_nights",
 ]

@@ -1,4 +1,5 @@
-"""Batch scheduler (local for real, Slurm by argv and recorded output), deploy, sweep and report."""
+"""Batch scheduler (local for real; Slurm's argv and parsing here, Slurm for real in test_slurm.py),
+deploy, sweep and report."""
 
 import csv
 import datetime as dt
@@ -21,16 +22,16 @@ from nightly_assets.batch.resources import (
     require_output,
     require_success,
 )
-from nightly_assets.batch.schedulers import JobStatus, SchedulerError
+from nightly_assets.batch.schedulers import JobRequest, JobStatus, LiveJob, SchedulerError
 from nightly_assets.batch.slurm import (
     SlurmScheduler,
+    parse_live_jobs,
     parse_sacct,
     parse_sbatch,
-    parse_squeue,
+    parse_scontrol,
     sacct_argv,
     sbatch_argv,
     slurm_time,
-    squeue_argv,
 )
 from nightly_assets.batch.sweep import (
     RowStatus,
@@ -433,41 +434,81 @@ def test_report_without_measurements_says_so(tmp_path: Path, rows: list[SweepRow
     assert len(files.csv.read_text().splitlines()) == 1 + len(rows)
 
 
-# --- Slurm: argv and recorded outputs only (no Slurm on this machine) -------------------------
+# --- Slurm: argv and parsing (the real cluster: test_slurm.py) ------------------------------
 
 
 def test_sbatch_argv_keeps_hostile_values_as_single_arguments(tmp_path: Path) -> None:
     queue, name = "debug; rm -rf / $(id)", "tf 'sanity' \"job\""
-    argv = sbatch_argv(tmp_path / "run.sh", tmp_path, 2, dt.timedelta(minutes=10), queue, name, "proj`x`")
-    assert argv[0] == "sbatch" and argv[-1] == str(tmp_path / "run.sh")
+    script = tmp_path / "run.sh"
+    request = JobRequest(script, name, 2, dt.timedelta(minutes=10), queue, {"A": "1"}, 4, "proj`x`")
+    argv = sbatch_argv(request, tmp_path, ["A", "PATH"])
+    assert argv[0] == "sbatch" and argv[-1] == str(script.resolve())
     assert f"--partition={queue}" in argv and f"--job-name={name}" in argv and "--account=proj`x`" in argv
-    assert "--nodes=2" in argv and "--time=00:10:00" in argv and "--export=ALL" in argv
+    assert "--nodes=2" in argv and "--ntasks-per-node=4" in argv and "--time=00:10:00" in argv
+    assert "--export=A,PATH" in argv and f"--comment=nightly:{request.fingerprint}" in argv
     assert f"--output={tmp_path}/slurm-%j.out" in argv
-    assert squeue_argv("42") == ["squeue", "--noheader", "--jobs=42", "--format=%T"]
     assert "--jobs=42" in sacct_argv("42")
     assert [slurm_time(dt.timedelta(seconds=s)) for s in (90.2, 26 * 3600)] == ["00:01:31", "1-02:00:00"]
+    # The fingerprint is what the job does: another command is another fingerprint.
+    other = JobRequest(script, name, 2, dt.timedelta(minutes=10), queue, {"A": "2"}, 4, "proj`x`")
+    assert other.fingerprint != request.fingerprint
 
 
 def test_slurm_outputs_are_parsed() -> None:
     assert parse_sbatch("4242\n") == "4242" and parse_sbatch("4243;theta\n") == "4243"
     with pytest.raises(SchedulerError, match=r"(?s)sbatch printed no job id.*Batch job submission failed"):
         parse_sbatch("sbatch: error: Batch job submission failed: Invalid account\n")
-    assert parse_squeue("7", "PENDING\n").state == "queued"  # type: ignore[union-attr]
-    assert parse_squeue("7", "COMPLETING\n").state == "running"  # type: ignore[union-attr]
-    assert parse_squeue("7", "") is None
+    # scontrol --oneliner show job, as slurm-wlm 22.05 prints it (fields trimmed).
+    shown = {
+        "JobState=PENDING Reason=Resources ExitCode=0:0 RunTime=00:00:00": (
+            "queued",
+            None,
+            "pending: Resources",
+        ),
+        "JobState=RUNNING Reason=None ExitCode=0:0 RunTime=00:00:07": ("running", None, ""),
+        "JobState=COMPLETED Reason=None ExitCode=0:0 RunTime=00:00:02": ("done", 0, ""),
+        "JobState=FAILED Reason=NonZeroExitCode ExitCode=7:0 RunTime=00:00:01": ("failed", 7, "exit code 7"),
+        "JobState=TIMEOUT Reason=TimeLimit ExitCode=0:15 RunTime=00:01:19": (
+            "failed",
+            -15,
+            "walltime exceeded",
+        ),
+        "JobState=CANCELLED Reason=None ExitCode=0:15 RunTime=1-00:00:01": ("failed", -15, "cancelled"),
+    }
+    for line, (state, code, reason) in shown.items():
+        status = parse_scontrol("123", f"JobId=123 JobName=x UserId=root(0) {line} Partition=debug\n")
+        assert (status.state, status.exit_code, status.reason) == (state, code, reason), line
+    assert parse_scontrol("1", "JobState=CANCELLED ExitCode=0:15 RunTime=1-00:00:01").duration_s == 86401
+    with pytest.raises(SchedulerError, match="printed no JobState"):
+        parse_scontrol("123", "slurm_load_jobs error: something else")
     recorded = {
         "COMPLETED|0:0|42": ("done", 0, ""),
-        "FAILED|2:0|5": ("failed", 2, "failed"),
+        "FAILED|2:0|5": ("failed", 2, "exit code 2"),
         "TIMEOUT|0:0|600": ("failed", 0, "walltime exceeded"),
-        "CANCELLED by 1000|0:15|3": ("failed", -15, "cancelled by 1000"),
-        "OUT_OF_MEMORY|0:125|9": ("failed", -125, "out_of_memory"),
-        "RUNNING|0:0|12": ("running", None, "running"),
+        "CANCELLED by 1000|0:15|3": ("failed", -15, "cancelled"),
+        "OUT_OF_MEMORY|0:125|9": ("failed", -125, "out of memory"),
+        "RUNNING|0:0|12": ("running", None, ""),
     }
     for line, (state, code, reason) in recorded.items():
         status = parse_sacct("123", f"123|{line}\n123.batch|{line}\n")
         assert (status.state, status.exit_code, status.reason) == (state, code, reason), line
     assert parse_sacct("123", "").state == "queued"
+    assert parse_live_jobs("17|nightly:abc\n18|(null)\n") == [LiveJob("17", "abc"), LiveJob("18", "")]
     with pytest.raises(SchedulerError, match="not a Slurm job id"):
         SlurmScheduler(Path("/tmp/spool")).output("1; scancel -u root")
     with pytest.raises(SchedulerError, match="'%'"):
         SlurmScheduler(Path("/tmp/50%"))
+
+
+def test_a_live_job_of_an_earlier_attempt_is_adopted_or_replaced(batch: BatchSchedulerResource) -> None:
+    """The local scheduler finds live jobs by name as Slurm's squeue does (test_slurm.py)."""
+    command = ["sh", "-c", "sleep 1; echo once"]
+    first = batch.submit("point-n1", command, walltime=WALLTIME, earlier="adopt")
+    lines: list[str] = []
+    adopted = batch.run_job("point-n1", command, walltime=WALLTIME, earlier="adopt", log=lines.append)
+    assert adopted.job_id == first and adopted.stdout_text() == "once\n"
+    assert f"batch job {first} (point-n1) from an earlier attempt is still live: adopted" in lines
+    stale = batch.submit("point-n1", command, walltime=WALLTIME)
+    fresh = batch.run_job("point-n1", ["echo", "fresh"], walltime=WALLTIME, earlier="adopt")
+    assert fresh.job_id != stale and fresh.stdout_text() == "fresh\n"
+    assert _final(batch, stale).reason == "cancelled"

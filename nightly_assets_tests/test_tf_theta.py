@@ -51,6 +51,22 @@ stages:
   - {name: night_summary, kind: night_summary, deps: [analysis_report], description: Summary.}
 """
 
+# The same night on a real one-node Slurm cluster: the sanity job starts two ranks with srun, the
+# sweep fits one node, and the analysis report is a job too.
+SLURM_PIPELINE = (
+    THETA_PIPELINE.replace("queue: debug-cache-quad", "queue: debug")
+    .replace(
+        """command: ["{python}", "-c", "import nightlysample; print('session ok')"]""",
+        "ranks_per_node: 2\n      command: [srun, --ntasks=2, '{python}', -c, "
+        "\"import os, nightlysample; print('session ok', os.environ['SLURM_PROCID'])\"]",
+    )
+    .replace("nodes: [1, 2], ranks_per_node: [1, 2]", "nodes: [1], ranks_per_node: [1, 2]")
+    .replace(
+        "{name: analysis_report, kind: analysis_report, deps: [benchmark_sweep],",
+        "{name: analysis_report, kind: analysis_report, deps: [benchmark_sweep], runner: theta-cobalt,",
+    )
+)
+
 
 @pytest.fixture
 def theta(catalog_nights, nightly_home):
@@ -95,3 +111,39 @@ def test_a_sanity_job_without_its_line_fails_the_night_and_names_the_job(theta, 
     )
     assert "deploy" not in stages or stages["deploy"].status != "success"
     assert not (nightly_home / "releases/theta_sample/theta-knl/2026-11-04").exists()
+
+
+@pytest.mark.slurm
+def test_a_theta_night_on_slurm_runs_its_jobs_as_slurm_jobs(theta, nightly_home, slurm, monkeypatch):
+    monkeypatch.setenv("NIGHTLY_BATCH_KIND", "slurm")
+    monkeypatch.setenv("NIGHTLY_SLURM_CONF", str(slurm.conf))
+    monkeypatch.setenv("NIGHTLY_BATCH_POLL_S", "0.2")
+    night, _ = theta
+    _, stages = night("2026-11-05", SLURM_PIPELINE)
+    assert all(s.status == "success" for s in stages.values()), {n: s.detail for n, s in stages.items()}
+    artefacts = nightly_home / "artefacts/theta_sample/2026-11-05/theta-knl"
+
+    def slurm_job(job_id: str) -> dict[str, str]:
+        shown = slurm.run("scontrol", "--oneliner", "show", "job", job_id)
+        return dict(word.split("=", 1) for word in shown.split() if "=" in word)
+
+    sanity = json.loads((artefacts / "sanity_job/manifest.json").read_text())
+    assert sorted(Path(sanity["stdout"]).read_text().split("\n")[:2]) == ["session ok 0", "session ok 1"]
+    job = slurm_job(sanity["job_id"])
+    assert (job["JobName"], job["JobState"], job["NumTasks"]) == (
+        "theta_sample-sanity_job-20261105-theta-knl",
+        "COMPLETED",
+        "2",
+    )
+    sweep = json.loads((artefacts / "benchmark_sweep/manifest.json").read_text())
+    assert len(sweep["rows"]) == 4 and all(r["status"] == "ok" for r in sweep["rows"])
+    for row in sweep["rows"]:
+        point = row["point"]
+        job = slurm_job(row["job_id"])
+        assert job["JobState"] == "COMPLETED" and job["NumTasks"] == str(point["ranks_per_node"])
+        suffix = f"-n{point['nodes']}-r{point['ranks_per_node']}-t{point['trial']}"
+        assert job["JobName"] == "theta_sample-benchmark_sweep-20261105-theta-knl" + suffix
+    report = json.loads((artefacts / "analysis_report/manifest.json").read_text())
+    assert slurm_job(report["job_id"])["JobName"] == "theta_sample-analysis_report-20261105-theta-knl"
+    assert Path(report["pdf"]).read_bytes().startswith(b"%PDF")
+    assert len(Path(report["csv"]).read_text().splitlines()) == 1 + 4

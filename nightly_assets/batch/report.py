@@ -6,8 +6,12 @@ backend and no process-wide state, so it is safe inside a Dagster run worker.
 
 from __future__ import annotations
 
+import argparse
 import csv
+import dataclasses
+import json
 import statistics
+import sys
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -17,11 +21,12 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_pdf import PdfPages
 from matplotlib.figure import Figure
 
-from nightly_assets.batch.sweep import SweepRow
+from nightly_assets.batch.sweep import SweepRow, row_from_json
 
 CSV_FIELDS = ("nodes", "ranks_per_node", "trial", "job_id", "status", "value", "duration_s", "message")
 TABLE_ROWS_PER_PAGE = 25
 _PAGE = (11.69, 8.27)  # A4 landscape, inches
+REPORT_RESULT = "report.json"  # what the analysis job made, for the stage that submitted it
 
 
 @dataclass(frozen=True)
@@ -238,3 +243,52 @@ def _fmt(value: float | None) -> str:
 
 def _num(value: float | None) -> str:
     return "" if value is None else f"{value:.6g}"
+
+
+def report_job_argv(rows_file: Path, out_dir: Path, *, title: str, metric: str) -> list[str]:
+    """The analysis job on the batch machine: this module run by the code location's Python (which
+    a site installs on the file system its compute nodes share)."""
+    return [
+        sys.executable,
+        "-m",
+        "nightly_assets.batch.report",
+        str(rows_file),
+        str(out_dir),
+        f"--title={title}",
+        f"--metric={metric}",
+    ]
+
+
+def read_report_result(out_dir: Path) -> ReportFiles:
+    """What the analysis job wrote (report.json beside the files); a missing or bad one is a
+    ValueError naming it."""
+    path = out_dir / REPORT_RESULT
+    try:
+        data = json.loads(path.read_text())
+        return ReportFiles(
+            Path(data["pdf"]),
+            Path(data["markdown"]),
+            Path(data["csv"]),
+            int(data["pages"]),
+            str(data["message"]),
+        )
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"the analysis job left no readable {path}: {exc}") from exc
+
+
+def _main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="Write the sweep's analysis report (PDF, Markdown, CSV).")
+    parser.add_argument("rows", type=Path, help="JSON list of the sweep's rows (the sweep manifest's)")
+    parser.add_argument("out_dir", type=Path)
+    parser.add_argument("--title", required=True)
+    parser.add_argument("--metric", default="images_per_sec")
+    args = parser.parse_args(argv)
+    rows = [row_from_json(r) for r in json.loads(args.rows.read_text())]
+    files = write_report(rows, args.out_dir, title=args.title, metric=args.metric)
+    result = {k: str(v) if isinstance(v, Path) else v for k, v in dataclasses.asdict(files).items()}
+    (args.out_dir / REPORT_RESULT).write_text(json.dumps(result, indent=1))
+    print(files.message)
+
+
+if __name__ == "__main__":
+    _main()

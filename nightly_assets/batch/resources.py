@@ -8,23 +8,29 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import dagster as dg
 from pydantic import Field
 
 from nightly_assets.batch.schedulers import (
     JobOutput,
+    JobRequest,
     JobStatus,
     LocalBatchScheduler,
     Scheduler,
     SchedulerError,
+    SchedulerUnavailable,
 )
 from nightly_assets.batch.slurm import SlurmScheduler
 from nightly_assets.process import CommandError
-from nightly_assets.settings import FromEnv, PositiveSeconds, one_of
+from nightly_assets.results import NightKey
+from nightly_assets.settings import FromEnv, PositiveSeconds, Seconds, one_of
 
 ProgressLog = Callable[[str], None]
+# What submit does when a job of the same name is still queued or running (a run that died with
+# its orchestrator left it): "adopt" waits for it when it does the same work, "replace" cancels it.
+Earlier = Literal["adopt", "replace"]
 
 # The command travels in the job's environment (NIGHTLY_JOB_ARGC, NIGHTLY_JOB_ARG_<i>), never in
 # the script's text, so no catalog or PR value is ever parsed by a shell.
@@ -95,6 +101,17 @@ def require_output(result: JobResult, expect: str) -> None:
         )
 
 
+def job_name(key: NightKey, stage: str) -> str:
+    """The job's name for one stage of one night: the same for every attempt at it."""
+    return f"{key.pipeline}-{stage}-{key.night:%Y%m%d}-{key.target}"
+
+
+def target_queue(params: Mapping[str, object]) -> str | None:
+    """The queue (Slurm partition) a target's `params` name; None: the resource's default."""
+    queue = params.get("queue")
+    return str(queue) if queue is not None else None
+
+
 def argv_env(argv: Sequence[str | os.PathLike[str]]) -> dict[str, str]:
     """The environment that makes ARGV_SCRIPT run `argv`."""
     if not argv:
@@ -107,7 +124,8 @@ def argv_env(argv: Sequence[str | os.PathLike[str]]) -> dict[str, str]:
 class BatchSchedulerResource(dg.ConfigurableResource):
     """Submits jobs to a batch scheduler, polls them to their end, reads their output.
 
-    kind `local` runs jobs on this machine (LocalBatchScheduler); `slurm` submits with sbatch.
+    kind `local` runs jobs on this machine (LocalBatchScheduler); `slurm` submits with sbatch to
+    the cluster `slurm_conf` describes (the site's default slurm.conf when unset).
     """
 
     kind: Annotated[str, one_of("local", "slurm"), FromEnv] = "local"
@@ -119,6 +137,10 @@ class BatchSchedulerResource(dg.ConfigurableResource):
     account: str | None = Field(default=None, description="project/allocation charged for the jobs")
     kill_grace_s: float = Field(default=10.0, ge=0, description="local: SIGTERM to SIGKILL at walltime")
     heartbeat_s: float = Field(default=300.0, gt=0, description="log a still-<state> line this often")
+    slurm_conf: str | None = Field(default=None, description="slurm: the slurm.conf the client tools read")
+    unreachable_grace_s: Seconds = Field(
+        default="600", description="how long a silent scheduler (a controller restart) is waited for"
+    )
     release_root: str | None = Field(
         default=None, description="where deploy stages put releases (the machine's shared file system)"
     )
@@ -131,7 +153,7 @@ class BatchSchedulerResource(dg.ConfigurableResource):
     def scheduler(self) -> Scheduler:
         spool = Path(self.spool_dir)
         if self.kind == "slurm":
-            return SlurmScheduler(spool / "slurm")
+            return SlurmScheduler(spool / "slurm", conf=self.slurm_conf)
         return LocalBatchScheduler(spool / "jobs", kill_grace_s=self.kill_grace_s)
 
     def job_script(self) -> Path:
@@ -152,22 +174,38 @@ class BatchSchedulerResource(dg.ConfigurableResource):
         *,
         walltime: dt.timedelta,
         nodes: int = 1,
+        tasks_per_node: int = 1,
         env: Mapping[str, str] | None = None,
         queue: str | None = None,
+        earlier: Earlier = "replace",
+        log: ProgressLog | None = None,
     ) -> str:
-        """Submit `argv` as a job; returns the job id without waiting."""
+        """Submit `argv` as a job; returns the job id without waiting. `name` is the same for every
+        attempt at the same work: a job an earlier attempt left queued or running is adopted (when
+        `earlier` is "adopt" and it does the same work) or cancelled, never left beside a new one."""
         clash = sorted(k for k in env or {} if k.startswith(_ARGV_PREFIX))
         if clash:
             raise BatchJobError(f"job {name}: environment names {clash} are reserved for the command")
-        return self.scheduler().submit(
-            self.job_script(),
+        request = JobRequest(
+            script=self.job_script(),
+            name=name,
             nodes=nodes,
+            tasks_per_node=tasks_per_node,
             walltime=walltime,
             queue=queue or self.queue,
             env={**(env or {}), **argv_env(argv)},
-            name=name,
             account=self.account,
         )
+        scheduler = self.scheduler()
+        for live in scheduler.live_jobs(name):
+            if earlier == "adopt" and live.fingerprint == request.fingerprint:
+                if log:
+                    log(f"batch job {live.job_id} ({name}) from an earlier attempt is still live: adopted")
+                return live.job_id
+            if log:
+                log(f"batch job {live.job_id} ({name}) from an earlier attempt is still live: cancelled")
+            scheduler.cancel(live.job_id)
+        return scheduler.submit(request)
 
     def status(self, job_id: str) -> JobStatus:
         return self.scheduler().status(job_id)
@@ -182,8 +220,21 @@ class BatchSchedulerResource(dg.ConfigurableResource):
         """Poll until the job ends, logging each change of state and a heartbeat while none comes."""
         scheduler = self.scheduler()
         last_state, last_line = "", time.monotonic()
+        silent_since: float | None = None
         while True:
-            status = scheduler.status(job_id)
+            try:
+                status = scheduler.status(job_id)
+            except SchedulerUnavailable as exc:
+                # A controller restart is not the job's end: ask again until the grace runs out.
+                silent_since = silent_since or time.monotonic()
+                if time.monotonic() - silent_since > float(self.unreachable_grace_s):
+                    raise
+                if log and last_state != "unreachable":
+                    log(f"batch job {job_id}: the scheduler does not answer, asking again: {exc}")
+                last_state = "unreachable"
+                time.sleep(self.poll_s())
+                continue
+            silent_since = None
             now = time.monotonic()
             if log and (status.state != last_state or now - last_line >= self.heartbeat_s):
                 detail = f" ({status.reason})" if status.reason else ""
@@ -200,15 +251,29 @@ class BatchSchedulerResource(dg.ConfigurableResource):
         *,
         walltime: dt.timedelta,
         nodes: int = 1,
+        tasks_per_node: int = 1,
         env: Mapping[str, str] | None = None,
         queue: str | None = None,
+        earlier: Earlier = "replace",
         log: ProgressLog | None = None,
     ) -> JobResult:
         """Submit, poll to the end, return status and output paths. Interrupted (the run terminated,
         Ctrl-C), it cancels the job before it re-raises, so no job outlives the run that wanted it."""
-        job_id = self.submit(name, argv, walltime=walltime, nodes=nodes, env=env, queue=queue)
+        job_id = self.submit(
+            name,
+            argv,
+            walltime=walltime,
+            nodes=nodes,
+            tasks_per_node=tasks_per_node,
+            env=env,
+            queue=queue,
+            earlier=earlier,
+            log=log,
+        )
         if log:
-            log(f"batch job {job_id} submitted: {name} on {nodes} node(s), walltime {walltime}")
+            tasks = f" x {tasks_per_node} task(s)" if tasks_per_node > 1 else ""
+            shape = f"{nodes} node(s){tasks}"
+            log(f"batch job {job_id} submitted: {name} on {shape}, walltime {walltime}")
         try:
             status = self.wait(job_id, log=log)
         except BaseException:

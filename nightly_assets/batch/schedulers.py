@@ -3,13 +3,15 @@
 `LocalBatchScheduler` runs the script on this machine under a detached supervisor process, keeping
 each job's state in a JSON file in a spool folder, so any process (a new resource instance after an
 orchestrator restart) can poll a job another one submitted. `slurm.SlurmScheduler` drives the real
-`sbatch`/`squeue`/`sacct`/`scancel` commands with argument lists.
+`sbatch`/`scontrol`/`squeue`/`scancel` commands with argument lists. PBS or Cobalt sites would be
+one more class with the same five methods.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import hashlib
 import json
 import os
 import re
@@ -29,6 +31,7 @@ JobState = Literal["queued", "running", "done", "failed"]
 FINAL_STATES: tuple[JobState, ...] = ("done", "failed")
 
 _JOB_ID = re.compile(r"^[0-9A-Za-z][0-9A-Za-z._-]{0,63}$")
+_JOB_NAME = re.compile(r"^[0-9A-Za-z][0-9A-Za-z._-]{0,127}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _CANCEL_MARKER = "cancel-requested"
 _SUPERVISOR_POLL_S = 0.05
@@ -36,6 +39,39 @@ _SUPERVISOR_POLL_S = 0.05
 
 class SchedulerError(RuntimeError):
     """A scheduler refused a request or a job id is unknown; says which and why."""
+
+
+class SchedulerUnavailable(SchedulerError):
+    """The scheduler did not answer (its controller restarting, the network): ask again later."""
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """One job: `script` run on `nodes` nodes with `tasks_per_node` tasks each, within `walltime`."""
+
+    script: Path
+    name: str  # the same for every attempt at the same work: how a restarted run finds its job
+    nodes: int
+    walltime: dt.timedelta
+    queue: str
+    env: Mapping[str, str]
+    tasks_per_node: int = 1
+    account: str | None = None
+
+    @property
+    def fingerprint(self) -> str:
+        """What the job does, hashed: a live job with the same name and fingerprint is this one."""
+        what = [self.name, self.nodes, self.tasks_per_node, self.walltime.total_seconds(), self.queue]
+        blob = json.dumps([*what, self.account, sorted(self.env.items())]).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class LiveJob:
+    """A queued or running job the scheduler knows by name."""
+
+    job_id: str
+    fingerprint: str
 
 
 @dataclass(frozen=True)
@@ -58,17 +94,7 @@ class JobOutput:
 
 
 class Scheduler(Protocol):
-    def submit(
-        self,
-        script: Path,
-        *,
-        nodes: int,
-        walltime: dt.timedelta,
-        queue: str,
-        env: Mapping[str, str],
-        name: str,
-        account: str | None = None,
-    ) -> str: ...
+    def submit(self, request: JobRequest) -> str: ...
 
     def status(self, job_id: str) -> JobStatus: ...
 
@@ -76,16 +102,24 @@ class Scheduler(Protocol):
 
     def cancel(self, job_id: str) -> None: ...
 
+    def live_jobs(self, name: str) -> list[LiveJob]: ...
 
-def check_submission(script: Path, nodes: int, walltime: dt.timedelta, env: Mapping[str, str]) -> None:
+
+def check_submission(request: JobRequest) -> None:
     """The checks every scheduler makes before it submits anything."""
-    if not script.is_file():
-        raise SchedulerError(f"job script {script} does not exist or is not a file")
-    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
-        raise SchedulerError(f"nodes must be a positive integer, got {nodes!r}")
-    if walltime.total_seconds() <= 0:
-        raise SchedulerError(f"walltime must be positive, got {walltime}")
-    for key, value in env.items():
+    if not request.script.is_file():
+        raise SchedulerError(f"job script {request.script} does not exist or is not a file")
+    if not _JOB_NAME.match(request.name):
+        raise SchedulerError(
+            f"job name {request.name!r}: expected letters, digits, '.', '_' or '-' (at most 128)"
+        )
+    for field in ("nodes", "tasks_per_node"):
+        count = getattr(request, field)
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise SchedulerError(f"{field} must be a positive integer, got {count!r}")
+    if request.walltime.total_seconds() <= 0:
+        raise SchedulerError(f"walltime must be positive, got {request.walltime}")
+    for key, value in request.env.items():
         if not _ENV_NAME.match(key):
             raise SchedulerError(f"environment variable name {key!r} is not a valid name")
         if not isinstance(value, str) or "\0" in value:
@@ -102,19 +136,11 @@ class LocalBatchScheduler:
     def __init__(self, spool_dir: Path, kill_grace_s: float = 10.0) -> None:
         self.spool_dir = spool_dir
         self.kill_grace_s = kill_grace_s
+        # Job ids by name, beside the spool (whose entries are all job folders).
+        self.names_dir = spool_dir.with_name(f"{spool_dir.name}-by-name")
 
-    def submit(
-        self,
-        script: Path,
-        *,
-        nodes: int,
-        walltime: dt.timedelta,
-        queue: str,
-        env: Mapping[str, str],
-        name: str,
-        account: str | None = None,
-    ) -> str:
-        check_submission(script, nodes, walltime, env)
+    def submit(self, request: JobRequest) -> str:
+        check_submission(request)
         job_id = f"{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S}-{secrets.token_hex(4)}"
         job_dir = self.spool_dir / job_id
         job_dir.mkdir(parents=True)
@@ -122,18 +148,23 @@ class LocalBatchScheduler:
             job_dir,
             {
                 "job_id": job_id,
-                "name": name,
-                "script": str(script.resolve()),
-                "nodes": nodes,
-                "queue": queue,
-                "account": account,
-                "walltime_s": walltime.total_seconds(),
+                "name": request.name,
+                "fingerprint": request.fingerprint,
+                "script": str(request.script.resolve()),
+                "nodes": request.nodes,
+                "tasks_per_node": request.tasks_per_node,
+                "queue": request.queue,
+                "account": request.account,
+                "walltime_s": request.walltime.total_seconds(),
                 "kill_grace_s": self.kill_grace_s,
-                "env": dict(env),
+                "env": dict(request.env),
                 "submitted_at": time.time(),
                 "state": "queued",
             },
         )
+        self.names_dir.mkdir(exist_ok=True)
+        with (self.names_dir / request.name).open("a") as index:  # how live_jobs finds it by name
+            index.write(job_id + "\n")
         with (job_dir / "supervisor.log").open("ab") as log:
             # The supervisor forks away at once, so this returns in one interpreter start.
             started = subprocess.run(
@@ -172,6 +203,17 @@ class LocalBatchScheduler:
             pid = _read_state(job_dir).get("pid")
             if pid and _is_job_process(pid, job_id):
                 _kill_group(pid, signal.SIGKILL)
+
+    def live_jobs(self, name: str) -> list[LiveJob]:
+        index = self.names_dir / name
+        if not _JOB_NAME.match(name) or not index.is_file():
+            return []
+        live = []
+        for job_id in index.read_text().split():
+            with contextlib.suppress(SchedulerError, OSError, ValueError):
+                if not self.status(job_id).finished:
+                    live.append(LiveJob(job_id, _read_state(self._job_dir(job_id)).get("fingerprint", "")))
+        return live
 
     def _job_dir(self, job_id: str) -> Path:
         if not _JOB_ID.match(job_id) or not (self.spool_dir / job_id / "job.json").is_file():
@@ -244,6 +286,7 @@ def _supervise(job_dir: Path) -> None:
         **state["env"],
         "BATCH_JOB_ID": state["job_id"],
         "BATCH_NODES": str(state["nodes"]),
+        "BATCH_TASKS_PER_NODE": str(state.get("tasks_per_node", 1)),
         "BATCH_QUEUE": state["queue"],
     }
     script = state["script"]

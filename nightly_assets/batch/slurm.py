@@ -1,57 +1,104 @@
-"""Slurm through its command-line tools (`sbatch`, `squeue`, `sacct`, `scancel`), argument lists only."""
+"""Slurm through its command-line tools (`sbatch`, `scontrol`, `squeue`, `sacct`, `scancel`).
+
+Tested against a real one-node cluster (slurmctld + slurmd + munged, the `slurm` marker). Every call
+is an argument list, never a shell line. The job's environment is named variable by variable
+(`--export=NAME,...`): the allow-listed variables of ours plus the job's own, so nothing of the
+orchestrator's (tokens, passwords) reaches a job, whatever sbatch's own environment held.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
 import re
+import secrets
 from collections.abc import Mapping
 from pathlib import Path
 
-from nightly_assets.batch.schedulers import JobOutput, JobStatus, SchedulerError, check_submission
-from nightly_assets.process import CommandResult, run_command
+from nightly_assets.batch.schedulers import (
+    JobOutput,
+    JobRequest,
+    JobStatus,
+    LiveJob,
+    SchedulerError,
+    SchedulerUnavailable,
+    check_submission,
+)
+from nightly_assets.process import CommandError, CommandResult, child_env, run_command
+
+# The controller's answers that mean "try again later", not "this job or request is bad".
+_UNREACHABLE = ("Unable to contact slurm controller", "Socket timed out", "Connection refused", "Zero Bytes")
+_UNKNOWN_JOB = "Invalid job id specified"
+_COMMENT_PREFIX = "nightly:"
+
+# Why a job pends that no wait will change: it can never start as submitted.
+_HOPELESS = {
+    "PartitionNodeLimit": "more nodes than the partition allows",
+    "PartitionConfig": "more than the partition's nodes can give",
+    "PartitionTimeLimit": "a walltime over the partition's limit",
+    "BadConstraints": "constraints no node meets",
+    "InvalidAccount": "an account Slurm does not know",
+    "InvalidQOS": "a QOS Slurm does not know",
+    "ReqNodeNotAvail, UnavailableNodes:": "nodes that are not available",
+}
+_QUEUED = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SUSPENDED"}
+_RUNNING = {"RUNNING", "CONFIGURING", "COMPLETING", "STAGE_OUT", "SIGNALING", "RESIZING"}
+_REASONS = {
+    "TIMEOUT": "walltime exceeded",
+    "CANCELLED": "cancelled",
+    "NODE_FAIL": "node failure",
+    "PREEMPTED": "preempted",
+    "OUT_OF_MEMORY": "out of memory",
+    "BOOT_FAIL": "node boot failure",
+    "DEADLINE": "deadline passed",
+}
 
 
 class SlurmScheduler:
-    """Slurm through its command-line tools, each called with an argument list (no shell).
+    """Slurm's command-line tools with argument lists. `conf` is the slurm.conf the tools read
+    (SLURM_CONF; None: the site's default). `spool_dir` must be on a file system the compute nodes
+    share: the job's stdout/stderr and its scratch HOME are there."""
 
-    Only the argument lists and the parsing of the tools' output are tested (with outputs recorded
-    in Slurm's real formats): there is no Slurm on the machines this project is tested on. The
-    job's environment is sbatch's own (`--export=ALL`, Slurm's default) plus `env`, handed over
-    in sbatch's process environment, so no value passes through a shell. `spool_dir` must be on
-    a file system the compute nodes share: the job's stdout/stderr are written there.
-    """
-
-    def __init__(self, spool_dir: Path, command_timeout_s: float = 120) -> None:
+    def __init__(self, spool_dir: Path, conf: str | None = None, command_timeout_s: float = 120) -> None:
         if "%" in str(spool_dir):
             raise SchedulerError(f"spool_dir {spool_dir}: '%' would be read as a Slurm filename pattern")
         self.spool_dir = spool_dir
+        self.conf = conf
         self.command_timeout_s = command_timeout_s
 
-    def submit(
-        self,
-        script: Path,
-        *,
-        nodes: int,
-        walltime: dt.timedelta,
-        queue: str,
-        env: Mapping[str, str],
-        name: str,
-        account: str | None = None,
-    ) -> str:
-        check_submission(script, nodes, walltime, env)
+    def submit(self, request: JobRequest) -> str:
+        check_submission(request)
         self.spool_dir.mkdir(parents=True, exist_ok=True)
-        argv = sbatch_argv(script.resolve(), self.spool_dir.resolve(), nodes, walltime, queue, name, account)
+        # The job is the code under test: a scratch HOME of its own, not the service account's.
+        home = self.spool_dir / "home" / f"{request.name}-{secrets.token_hex(4)}"
+        home.mkdir(parents=True)
+        env = {**child_env(), "HOME": str(home), **request.env}
+        argv = sbatch_argv(request, self.spool_dir.resolve(), sorted(env))
         return parse_sbatch(self._run(argv, env=env).output)
 
     def status(self, job_id: str) -> JobStatus:
         _check_slurm_id(job_id)
-        active = self._run(squeue_argv(job_id), check=False)
-        if active.returncode == 0:
-            found = parse_squeue(job_id, active.output)
-            if found is not None:
-                return found
-        # Gone from the queue (or only just submitted): accounting knows how it ended.
-        return parse_sacct(job_id, self._run(sacct_argv(job_id)).output)
+        shown = self._run(["scontrol", "--oneliner", "show", "job", job_id], check=False)
+        if shown.returncode == 0:
+            status = parse_scontrol(job_id, shown.output)
+            hopeless = next((why for word, why in _HOPELESS.items() if word in status.reason), None)
+            if status.state == "queued" and hopeless:
+                # Slurm keeps such a job pending forever (EnforcePartLimits=NO): end it and say why.
+                self.cancel(job_id)
+                return JobStatus(
+                    job_id, "failed", reason=f"cannot run: it asks for {hopeless} ({status.reason})"
+                )
+            return status
+        if _UNKNOWN_JOB not in shown.output:
+            raise SchedulerError(f"scontrol show job {job_id} failed:\n{shown.tail()}")
+        # Past MinJobAge the controller forgets a finished job: accounting, if the site keeps it.
+        accounted = self._run(sacct_argv(job_id), check=False)
+        if accounted.returncode == 0 and accounted.output.strip():
+            return parse_sacct(job_id, accounted.output)
+        return JobStatus(
+            job_id,
+            "failed",
+            reason="lost: Slurm no longer knows it (gone from slurmctld after MinJobAge, no sacct record)",
+        )
 
     def output(self, job_id: str) -> JobOutput:
         _check_slurm_id(job_id)
@@ -61,51 +108,60 @@ class SlurmScheduler:
         _check_slurm_id(job_id)
         self._run(["scancel", job_id])
 
+    def live_jobs(self, name: str) -> list[LiveJob]:
+        """This user's queued or running jobs called `name`, oldest first."""
+        listed = self._run(["squeue", "--noheader", "--me", f"--name={name}", "--format=%i|%k", "--sort=i"])
+        return parse_live_jobs(listed.output)
+
     def _run(
         self, argv: list[str], *, env: Mapping[str, str] | None = None, check: bool = True
     ) -> CommandResult:
-        return run_command(argv, env=env, timeout_s=self.command_timeout_s, check=check)
-
-
-_SQUEUE_QUEUED = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SUSPENDED"}
-_SQUEUE_RUNNING = {"RUNNING", "CONFIGURING", "COMPLETING", "STAGE_OUT", "SIGNALING", "RESIZING"}
+        extra = {**(env or {}), **({"SLURM_CONF": self.conf} if self.conf else {})}
+        try:
+            result = run_command(argv, env=extra, timeout_s=self.command_timeout_s, check=False)
+        except CommandError as exc:
+            if "No such file" in str(exc) or "not found" in str(exc):
+                raise SchedulerError(
+                    f"{argv[0]} not found: the Slurm client tools must be installed and on PATH"
+                ) from exc
+            raise SchedulerUnavailable(f"{argv[0]}: {exc}") from exc
+        if result.returncode != 0 and any(word in result.output for word in _UNREACHABLE):
+            where = f" (SLURM_CONF={self.conf})" if self.conf else ""
+            raise SchedulerUnavailable(
+                f"{argv[0]}: the Slurm controller does not answer{where}:\n{result.tail(5)}"
+            )
+        if check and result.returncode != 0:
+            raise SchedulerError(f"{argv[0]} failed with exit code {result.returncode}:\n{result.tail()}")
+        return result
 
 
 def slurm_time(walltime: dt.timedelta) -> str:
-    """Slurm's --time: [D-]HH:MM:SS, rounded up to the second."""
+    """Slurm's --time: [D-]HH:MM:SS, rounded up to the second (Slurm itself counts whole minutes)."""
     total = int(-(-walltime.total_seconds() // 1))
     days, rest = divmod(total, 86400)
     clock = f"{rest // 3600:02d}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
     return f"{days}-{clock}" if days else clock
 
 
-def sbatch_argv(
-    script: Path,
-    out_dir: Path,
-    nodes: int,
-    walltime: dt.timedelta,
-    queue: str,
-    name: str,
-    account: str | None = None,
-) -> list[str]:
+def sbatch_argv(request: JobRequest, out_dir: Path, exported: list[str]) -> list[str]:
     argv = [
         "sbatch",
         "--parsable",
-        f"--job-name={name}",
-        f"--nodes={nodes}",
-        f"--time={slurm_time(walltime)}",
-        f"--partition={queue}",
+        f"--job-name={request.name}",
+        f"--nodes={request.nodes}",
+        f"--ntasks-per-node={request.tasks_per_node}",
+        f"--time={slurm_time(request.walltime)}",
+        f"--partition={request.queue}",
+        f"--chdir={out_dir}",
         f"--output={out_dir / 'slurm-%j.out'}",
         f"--error={out_dir / 'slurm-%j.err'}",
-        "--export=ALL",
+        f"--comment={_COMMENT_PREFIX}{request.fingerprint}",
+        # Names only: each value comes from sbatch's environment, never through a parser of ours.
+        f"--export={','.join(exported)}",
     ]
-    if account:
-        argv.append(f"--account={account}")
-    return [*argv, str(script)]
-
-
-def squeue_argv(job_id: str) -> list[str]:
-    return ["squeue", "--noheader", f"--jobs={job_id}", "--format=%T"]
+    if request.account:
+        argv.append(f"--account={request.account}")
+    return [*argv, str(request.script.resolve())]
 
 
 def sacct_argv(job_id: str) -> list[str]:
@@ -128,16 +184,14 @@ def parse_sbatch(output: str) -> str:
     return job_id
 
 
-def parse_squeue(job_id: str, output: str) -> JobStatus | None:
-    """The state squeue shows, or None when the job has left the queue (or is a final state)."""
-    words = output.split()
-    if not words:
-        return None
-    if words[0] in _SQUEUE_QUEUED:
-        return JobStatus(job_id, "queued", reason=words[0].lower())
-    if words[0] in _SQUEUE_RUNNING:
-        return JobStatus(job_id, "running", reason=words[0].lower())
-    return None
+def parse_scontrol(job_id: str, output: str) -> JobStatus:
+    """`scontrol --oneliner show job`: `Key=Value` words; JobState, ExitCode, RunTime, Reason."""
+    fields = dict(word.split("=", 1) for word in output.split() if "=" in word)
+    state = fields.get("JobState", "")
+    if not state:
+        raise SchedulerError(f"scontrol show job {job_id} printed no JobState:\n{output[-2000:]}")
+    duration = _run_time_s(fields.get("RunTime", ""))
+    return _status(job_id, state, fields.get("ExitCode", ""), duration, fields.get("Reason", "None"))
 
 
 def parse_sacct(job_id: str, output: str) -> JobStatus:
@@ -146,20 +200,37 @@ def parse_sacct(job_id: str, output: str) -> JobStatus:
         fields = line.strip().split("|")
         if len(fields) < 4 or fields[0] != job_id:
             continue
-        raw_state = fields[1]
-        word = raw_state.split()[0] if raw_state else ""
-        exit_code = _slurm_exit_code(fields[2])
         duration = float(fields[3]) if fields[3].isdigit() else None
-        if word in ("PENDING", "REQUEUED", "SUSPENDED"):
-            return JobStatus(job_id, "queued", reason=raw_state.lower())
-        if word in ("RUNNING", "COMPLETING"):
-            return JobStatus(job_id, "running", reason=raw_state.lower())
-        if word == "COMPLETED" and exit_code == 0:
-            return JobStatus(job_id, "done", 0, "", duration)
-        reason = "walltime exceeded" if word == "TIMEOUT" else raw_state.lower() or "unknown"
-        return JobStatus(job_id, "failed", exit_code, reason, duration)
+        return _status(job_id, fields[1], fields[2], duration, "None")
     # sacct can lag a few seconds behind sbatch: not known yet is not an end.
-    return JobStatus(job_id, "queued", reason="not yet in squeue or sacct")
+    return JobStatus(job_id, "queued", reason="not yet in sacct")
+
+
+def parse_live_jobs(output: str) -> list[LiveJob]:
+    """`squeue --format=%i|%k` lines: job id and comment (ours: `nightly:<fingerprint>`)."""
+    jobs = []
+    for line in output.splitlines():
+        job_id, _, comment = line.strip().partition("|")
+        if job_id.isdigit():
+            fingerprint = comment.removeprefix(_COMMENT_PREFIX) if comment.startswith(_COMMENT_PREFIX) else ""
+            jobs.append(LiveJob(job_id, fingerprint))
+    return jobs
+
+
+def _status(job_id: str, raw_state: str, exit_text: str, duration: float | None, why: str) -> JobStatus:
+    word = raw_state.split()[0] if raw_state else ""
+    detail = raw_state.lower() if why in ("None", "") else f"{raw_state.lower()}: {why}"
+    if word in _QUEUED:
+        return JobStatus(job_id, "queued", reason=detail)
+    if word in _RUNNING:
+        return JobStatus(job_id, "running", reason="" if word == "RUNNING" else detail)
+    exit_code = _slurm_exit_code(exit_text)
+    if word == "COMPLETED" and exit_code == 0:
+        return JobStatus(job_id, "done", 0, "", duration)
+    reason = _REASONS.get(word, raw_state.lower() or "unknown")
+    if word == "FAILED" and exit_code is not None and exit_code >= 0:
+        reason = f"exit code {exit_code}"
+    return JobStatus(job_id, "failed", exit_code, reason, duration)
 
 
 def _slurm_exit_code(text: str) -> int | None:
@@ -167,6 +238,14 @@ def _slurm_exit_code(text: str) -> int | None:
     if not code.isdigit():
         return None
     return -int(sig) if sig.isdigit() and int(sig) else int(code)
+
+
+def _run_time_s(text: str) -> float | None:
+    match = re.fullmatch(r"(?:(\d+)-)?(\d+):(\d+):(\d+)", text)
+    if not match:
+        return None
+    days, hours, minutes, seconds = (int(g or 0) for g in match.groups())
+    return float(((days * 24 + hours) * 60 + minutes) * 60 + seconds)
 
 
 def _check_slurm_id(job_id: str) -> None:

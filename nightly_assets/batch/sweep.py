@@ -133,6 +133,7 @@ def run_sweep(
     metric: str = "images_per_sec",
     env: Mapping[str, str] | None = None,
     name: str = "benchmark_sweep",
+    queue: str | None = None,
     log: ProgressLog | None = None,
 ) -> list[SweepRow]:
     """One job per point, at most `max_concurrent_jobs` queued or running at once; one row per point,
@@ -153,7 +154,13 @@ def run_sweep(
                         argvs[point],
                         walltime=walltime,
                         nodes=point.nodes,
+                        tasks_per_node=point.ranks_per_node,
                         env={**(env or {}), **point.env()},
+                        queue=queue,
+                        # A point still running from a run that died with its orchestrator is
+                        # waited for, not measured twice.
+                        earlier="adopt",
+                        log=log,
                     )
                 except (SchedulerError, CommandError, OSError) as exc:
                     rows[point] = SweepRow(point, None, "failed", None, None, f"not submitted: {exc}")

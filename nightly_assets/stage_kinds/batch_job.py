@@ -7,7 +7,13 @@ import dagster as dg
 from pydantic import Field
 
 from nightly_assets.artefacts.resources import ArtefactStoreResource
-from nightly_assets.batch.resources import BatchSchedulerResource, require_output, require_success
+from nightly_assets.batch.resources import (
+    BatchSchedulerResource,
+    job_name,
+    require_output,
+    require_success,
+    target_queue,
+)
 from nightly_assets.builds.resources import PythonBuildResource
 from nightly_assets.manifests import WheelsManifest
 from nightly_assets.stage_kinds.spec import StageKind, StageParams
@@ -19,6 +25,7 @@ class BatchJobParams(StageParams):
     # argv run on the batch machine ({python}: the build root's Python); default a Python "ok"
     command: list[str] | None = Field(default=None, min_length=1)
     nodes: int = Field(default=1, ge=1)
+    ranks_per_node: int = Field(default=1, ge=1)  # tasks per node the job may start (srun)
     walltime_minutes: float = Field(default=10, gt=0)
     expect_output: str | None = None  # the job's output must contain it
 
@@ -47,12 +54,14 @@ def build_batch_job_asset(spec: StageSpec) -> dg.AssetsDefinition:
                 str(a).replace("{python}", str(python))
                 for a in params.command or [str(python), "-c", "print('ok')"]
             ]
+            # A job an earlier attempt left running used the build root rebuilt above: replaced.
             result = batch.run_job(
-                f"{spec.pipeline.name}-{spec.stage.name}",
+                job_name(run.key, spec.stage.name),
                 argv,
                 nodes=params.nodes,
+                tasks_per_node=params.ranks_per_node,
                 walltime=dt.timedelta(minutes=params.walltime_minutes),
-                queue=str(run.target.params["queue"]) if "queue" in run.target.params else None,
+                queue=target_queue(run.target.params),
                 log=context.log.info,
             )
             require_success(result)

@@ -7,7 +7,7 @@ import dagster as dg
 from pydantic import Field, field_validator
 
 from nightly_assets.artefacts.resources import ArtefactStoreResource
-from nightly_assets.batch.resources import BatchSchedulerResource
+from nightly_assets.batch.resources import BatchSchedulerResource, job_name, target_queue
 from nightly_assets.batch.sweep import SweepPoint, command_for, expand_grid, row_to_json, run_sweep
 from nightly_assets.batch.toy_benchmark import toy_benchmark_argv
 from nightly_assets.manifests import ReleaseManifest
@@ -62,7 +62,8 @@ def build_benchmark_sweep_asset(spec: StageSpec) -> dg.AssetsDefinition:
                 walltime=dt.timedelta(minutes=params.walltime_minutes),
                 max_concurrent_jobs=params.max_concurrent_jobs,
                 metric=metric,
-                name=f"{spec.pipeline.name}-{spec.stage.name}",
+                name=job_name(run.key, spec.stage.name),
+                queue=target_queue(run.target.params),
                 log=context.log.info,
             )
             failed = [r for r in rows if r.status != "ok"]
