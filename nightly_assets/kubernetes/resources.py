@@ -90,9 +90,8 @@ class KubernetesClusterResource(dg.ConfigurableResource):
             if self.api_url:
                 configuration = kubernetes.client.Configuration()
                 configuration.host = self.api_url.rstrip("/")
-                if self.token:
-                    configuration.api_key = {"authorization": self.token}
-                    configuration.api_key_prefix = {"authorization": "Bearer"}
+                if self.token:  # the header's form every client version takes ('authorization')
+                    configuration.api_key = {"authorization": f"Bearer {self.token}"}
                 if self.ca_cert:
                     configuration.ssl_ca_cert = self.ca_cert
                 kubernetes.client.Configuration.set_default(configuration)
