@@ -22,6 +22,7 @@ from nightly_assets.containers.resources import (
     RegistryEndpoint,
 )
 from nightly_assets.github.resources import GitHubResource
+from nightly_assets.kubernetes.resources import CLUSTER_VARS, KubernetesClusterResource
 from nightly_assets.rbe.resources import DEFAULT_MAX_IDLE_SECS, BazelRbeResource, RemoteSettings
 from nightly_assets.release.resources import (
     INDEX_VARIABLES,
@@ -122,6 +123,7 @@ def resources_for(env: Env, home: Path) -> dict[str, Any]:
                 create_retry_s="NIGHTLY_TPU_CREATE_RETRY_S",
             )
         ),
+        "kubernetes": kubernetes_cluster(env),
         "github": GitHubResource(
             **env_settings(api_url="NIGHTLY_GITHUB_API_URL", token="NIGHTLY_GITHUB_TOKEN")  # noqa: S106  # a name
         ),
@@ -132,6 +134,27 @@ def resources_for(env: Env, home: Path) -> dict[str, Any]:
             **env_settings(api_url="NIGHTLY_SLACK_API_URL"),
         )
     return resources
+
+
+def kubernetes_cluster(env: Env) -> KubernetesClusterResource:
+    """The cluster of the kubernetes runners. In `local` with none of CLUSTER_VARS set, their pods'
+    containers run on the runner pool's Docker engine instead (stand_in: docker); prod needs one.
+    The token goes by the variable's name."""
+    local = env == "local" and not any(os.environ.get(name) for name in CLUSTER_VARS)
+    return KubernetesClusterResource(
+        **env_settings(
+            {"stand_in": "docker"} if local else {},
+            kubeconfig="NIGHTLY_K8S_KUBECONFIG",
+            context="NIGHTLY_K8S_CONTEXT",
+            in_cluster="NIGHTLY_K8S_IN_CLUSTER",
+            api_url="NIGHTLY_K8S_API_URL",
+            token="NIGHTLY_K8S_TOKEN",  # noqa: S106  # a name
+            ca_cert="NIGHTLY_K8S_CA_CERT",
+            poll_interval_s="NIGHTLY_K8S_POLL_S",
+            schedule_timeout_s="NIGHTLY_K8S_SCHEDULE_TIMEOUT_S",
+            stand_in="NIGHTLY_K8S_STAND_IN",
+        )
+    )
 
 
 def local_wheelhouse(env: Env) -> dict[str, str]:

@@ -197,7 +197,7 @@ def test_builtin_catalog_has_the_seed_values():
         (  # ruff runs on this host: a lint stage cannot name a docker runner
             "torch_spyre",
             lambda d: d["stages"][1].update(runner="spyre-aiu"),
-            "stage 'lint' (lint) cannot run on 'spyre-aiu' (docker); expected a runner of kind local",
+            "stage 'lint' (lint) cannot run on 'spyre-aiu' (kubernetes); expected a runner of kind local",
         ),
         (  # the container builder needs a Docker engine
             "demo",

@@ -75,6 +75,13 @@ def test_a_stage_asks_for_the_resources_of_its_backends_only(catalog):
     }
     venv_suite = spec_of(catalog, "torch_spyre", "tests_unit")
     assert backend("local").resource_keys(venv_suite, "suite") == {"test_runner"}
+    aiu_suite = spec_of(catalog, "torch_spyre", "tests_device")  # pods; the Docker stand-in locally
+    assert [b.kind for b in stage_backends(aiu_suite)] == ["kubernetes"]
+    assert backend("kubernetes").resource_keys(aiu_suite, "suite") == {
+        "kubernetes",
+        "docker_pool",
+        "registries",
+    }
     tpu_suite = spec_of(catalog, "tpu", "tests_tpu")
     assert backend("tpu_vm").resource_keys(tpu_suite, "suite") == {"tpu_vms"}
     assert {c.name for c in backend("tpu_vm").check_specs(tpu_suite, "suite")} == {
@@ -93,13 +100,23 @@ def test_work_a_backend_cannot_do_is_refused_naming_stage_and_runner(catalog, tm
     suite = spec_of(catalog, "torch_spyre", "tests_device")
     venv = "/usr/bin/python3"
     with pytest.raises(StageNotAvailable) as refused:
-        backend("docker").run_suite(work_on(suite, "spyre-aiu", tmp_path, venv))
+        backend("docker").run_suite(work_on(suite, "gpu-l40-amd64", tmp_path, venv))
     assert str(refused.value) == (
-        "torch_spyre/tests_device: a suite outside an image cannot run on 'spyre-aiu' (docker); "
+        "torch_spyre/tests_device: a suite outside an image cannot run on 'gpu-l40-amd64' (docker); "
         "name a local runner"
     )
-    with pytest.raises(StageNotAvailable, match="a command outside an image cannot run on 'spyre-aiu'"):
-        backend("docker").run_command(work_on(suite, "spyre-aiu", tmp_path, venv), ["true"], "out.json", 10)
+    with pytest.raises(StageNotAvailable, match="a command outside an image cannot run on 'gpu-l40-amd64'"):
+        backend("docker").run_command(
+            work_on(suite, "gpu-l40-amd64", tmp_path, venv), ["true"], "out.json", 10
+        )
+    with pytest.raises(StageNotAvailable) as refused:
+        backend("kubernetes").run_suite(work_on(suite, "spyre-aiu", tmp_path, venv))
+    assert str(refused.value) == (
+        "torch_spyre/tests_device: a suite outside an image cannot run on 'spyre-aiu' (kubernetes); "
+        "a pod runs the night's image"
+    )
+    with pytest.raises(StageNotAvailable, match="a wheel build cannot run on 'spyre-aiu' \\(kubernetes\\)"):
+        backend("kubernetes").build_wheels(work_on(suite, "spyre-aiu", tmp_path), WheelsParams())
     with pytest.raises(StageNotAvailable, match="torch_spyre/tests_device: a test suite cannot run on"):
         backend("batch").run_suite(work_on(suite, "theta-cobalt", tmp_path))
 

@@ -19,6 +19,7 @@ from pydantic import (
     model_validator,
 )
 
+from nightly_assets.kubernetes.models import KubernetesPlacement
 from nightly_assets.stage_kinds import stage_kind, stage_kinds
 from nightly_assets.stage_kinds.spec import ORCHESTRATOR, Identifier, RunnerKind, StageParams
 from nightly_assets.tpu.models import TpuTarget
@@ -42,6 +43,26 @@ class Runner(StrictModel):
     gpus: int | Literal["auto"] = 0
     pool: str | None = None
     description: str = ""
+    kubernetes: KubernetesPlacement | None = None  # kind kubernetes: where its pods go
+
+    @model_validator(mode="after")
+    def _placement_of_its_kind(self) -> Runner:
+        if self.kind != "kubernetes":
+            if self.kubernetes is not None:
+                raise ValueError(f"kubernetes: only a runner of kind kubernetes takes it, not '{self.kind}'")
+            return self
+        if self.kubernetes is None:
+            raise ValueError(
+                "kubernetes: a runner of kind kubernetes says where its pods go: expected a "
+                "'kubernetes' block with at least 'namespace'"
+            )
+        cards = self.kubernetes.devices()
+        if "gpus" in self.model_fields_set and self.gpus != cards:
+            raise ValueError(
+                f"gpus: a kubernetes runner's pod sees the cards kubernetes.extended_resources asks for "
+                f"({cards}); leave 'gpus' out or make it {cards} (got {self.gpus!r})"
+            )
+        return self
 
 
 SAMPLE_URL = re.compile(r"sample:[A-Za-z0-9][A-Za-z0-9._-]*")

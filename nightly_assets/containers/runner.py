@@ -58,7 +58,7 @@ class SuiteRun:
     timed_out: bool
     duration_s: float
     out_dir: Path
-    invocation: dg.PipesClientCompletedInvocation
+    invocation: dg.PipesClientCompletedInvocation | None  # None: a pod that failed after it reported
 
 
 class RunnerPipesClient(PipesDockerClient):
@@ -93,7 +93,7 @@ class RunnerPipesClient(PipesDockerClient):
             killed = threading.Event()
             timer = threading.Timer(self._timeout_s, _kill, args=(container, killed))
             try:
-                container.put_archive("/", _tools_archive())
+                container.put_archive("/", tools_archive())
                 container.start()
                 timer.start()
                 assert isinstance(self.message_reader, PipesDockerLogsMessageReader)
@@ -126,24 +126,42 @@ class RunnerPipesClient(PipesDockerClient):
 
 
 def suite_command(
-    python: str, rootdir: str, pytest_args: list[str], timeout_s: float, collect_only: bool
+    python: str,
+    rootdir: str,
+    pytest_args: list[str],
+    timeout_s: float,
+    collect_only: bool,
+    report_files: bool = False,
 ) -> list[str]:
-    """pytest with `pytest_args` (paths, markers, the suite's own) in the image's rootdir."""
-    command = [python, f"{TOOLS_DIR}/suite_entry.py", "--rootdir", rootdir]
-    command += ["--out", OUT_DIR, "--timeout", str(timeout_s), *(["--collect-only"] if collect_only else [])]
-    return [*command, "--", *pytest_args]
+    """pytest with `pytest_args` (paths, markers, the suite's own) in the image's rootdir;
+    `report_files`: the outputs come back as Pipes messages (a pod, whose files cannot be copied)."""
+    command = _entry(python, rootdir, timeout_s, report_files)
+    return [*command, *(["--collect-only"] if collect_only else []), "--", *pytest_args]
 
 
-def program_command(python: str, rootdir: str, argv: list[str], timeout_s: float) -> list[str]:
+def program_command(
+    python: str, rootdir: str, argv: list[str], timeout_s: float, report_files: bool = False
+) -> list[str]:
     """Run any program (a benchmark) the same way; it writes its results under OUT_DIR."""
+    return [*_entry(python, rootdir, timeout_s, report_files), "--command", json.dumps(argv)]
+
+
+def _entry(python: str, rootdir: str, timeout_s: float, report_files: bool) -> list[str]:
     command = [python, f"{TOOLS_DIR}/suite_entry.py", "--rootdir", rootdir]
-    return [*command, "--out", OUT_DIR, "--timeout", str(timeout_s), "--command", json.dumps(argv)]
+    return [
+        *command,
+        "--out",
+        OUT_DIR,
+        "--timeout",
+        str(timeout_s),
+        *(["--report-files"] if report_files else []),
+    ]
 
 
-def _tools_archive() -> bytes:
-    """A tar of the entry script and the stdlib-only `dagster_pipes` module, for `put_archive`."""
+def tools_archive(compress: bool = False) -> bytes:
+    """A tar of the entry script and the stdlib-only `dagster_pipes` module (gzip'd: `compress`)."""
     buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
+    with tarfile.open(fileobj=buffer, mode="w:gz" if compress else "w") as tar:
         tar.add(suite_entry.__file__, arcname=f"{TOOLS_DIR[1:]}/suite_entry.py")
         tar.add(dagster_pipes.__file__, arcname=f"{TOOLS_DIR[1:]}/dagster_pipes/__init__.py")
     return buffer.getvalue()

@@ -3,6 +3,8 @@ wheels in a clean builder container, on the runner label's Docker host."""
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from pathlib import Path
 
 import docker  # type: ignore[import-untyped]
@@ -36,6 +38,8 @@ from nightly_assets.testing.junit import parse_collect_only, parse_junit
 from nightly_assets.testing.resources import TestRunError, usable
 
 IMAGE_RESOURCES = {"docker_pool", "registries"}
+# Runs a suite (pytest_args, collect_only) or a program in the night's image: timeout_s, env.
+RunIn = Callable[..., SuiteRun]
 
 
 class ImageNotAvailable(RuntimeError):
@@ -96,11 +100,16 @@ class DockerBackend(RunnerBackend):
 
 def suite_in_image(work: StageWork) -> TestReport:
     """The suite in the night's image through Dagster Pipes, on the runner label's Docker host."""
+    pool: DockerRunnerPoolResource = work.resources.docker_pool
+    return image_suite(work, pool.devices(work.label).count, functools.partial(run_in_image, work))
+
+
+def image_suite(work: StageWork, gpus: int, run_in: RunIn) -> TestReport:
+    """The suite by `run_in` (a container here, a pod for the kubernetes kind): pytest, or
+    collect-only where the runner has fewer than the suite's `min_gpus`, its JUnit parsed."""
     suite = work.spec.stage.suite
     assert suite is not None
     run, name = work.run, work.spec.stage.name
-    pool: DockerRunnerPoolResource = work.resources.docker_pool
-    gpus = pool.devices(work.label).count
     args, collect_only = suite_selection(work, gpus)
     variables = {"arch": run.target.arch, "target": run.target.name, **run.target.params}
     env = {k: str(v).format(**variables) for k, v in work.spec.params(TestSuiteParams).env.items()}
@@ -109,8 +118,7 @@ def suite_in_image(work: StageWork) -> TestReport:
         f"{name}: {'collect-only' if collect_only else 'pytest'} {' '.join(args)} in the image "
         f"({run.target.arch}, {gpus} GPU(s) on '{work.label}', suite needs {suite.min_gpus})"
     )
-    result = run_in_image(
-        work,
+    result = run_in(
         pytest_args=args,
         collect_only=collect_only,
         timeout_s=suite.timeout_minutes * 60,
@@ -138,13 +146,19 @@ def suite_in_image(work: StageWork) -> TestReport:
 
 def command_in_image(work: StageWork, argv: list[str], output: str, timeout_s: float) -> Path:
     """`argv` in the night's image; its output file comes back from the run's out folder."""
+    return image_command(work, argv, output, timeout_s, functools.partial(run_in_image, work))
+
+
+def image_command(work: StageWork, argv: list[str], output: str, timeout_s: float, run_in: RunIn) -> Path:
+    """`argv` by `run_in` ("python": the image's, "{output}": the file it writes, which comes back)."""
     python = work.env.python
     inside = f"{OUT_DIR}/{output}"
     program = [python if a == "python" else str(a).replace("{output}", inside) for a in argv]
-    result = run_in_image(work, program=program, timeout_s=timeout_s)
+    result = run_in(program=program, timeout_s=timeout_s)
     if result.returncode != 0:
-        log = (result.out_dir / "output.log").read_text(errors="replace")[-3000:]
-        raise CommandError(f"{argv[0]} exited {result.returncode} in the image on '{work.label}':\n{log}")
+        log = result.out_dir / "output.log"
+        shown = log.read_text(errors="replace")[-3000:] if log.is_file() else "(no output came back)"
+        raise CommandError(f"{argv[0]} exited {result.returncode} in the image on '{work.label}':\n{shown}")
     return result.out_dir / output
 
 
@@ -177,7 +191,7 @@ def run_in_image(
         devices=pool.devices(label),
         env=env or {},
     )
-    for message in result.invocation.get_custom_messages():
+    for message in result.invocation.get_custom_messages() if result.invocation else []:
         context.log.debug(f"pipes: {message}")
     return result
 

@@ -83,5 +83,5 @@ KIND = StageKind(
     BenchmarksParams,
     build_benchmarks_asset,
     frozenset({"json"}),
-    frozenset({ORCHESTRATOR, "local", "docker"}),
+    frozenset({ORCHESTRATOR, "local", "docker", "kubernetes"}),
 )

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, StringConstraints
 if TYPE_CHECKING:
     from nightly_assets.stages import StageSpec
 
-RunnerKind = Literal["local", "docker", "rbe", "tpu_vm", "batch"]
+RunnerKind = Literal["local", "docker", "rbe", "tpu_vm", "batch", "kubernetes"]
 # A stage with no runner runs in the orchestrator's own process (summaries, baselines, release).
 ORCHESTRATOR = "orchestrator"
 # A catalog name (pipeline, stage, repository): it lands in asset keys, job names and paths.

@@ -25,7 +25,7 @@ QUARANTINE_WINDOW_NIGHTS = 30  # the nights a failing test's flakiness is judged
 class TestSuiteParams(RepoParams, TpuSuiteParams):
     __test__ = False  # not a pytest class
 
-    env: dict[str, str] = Field(default_factory=dict)  # in the image; {arch}, {target}, target params
+    env: dict[str, str] = Field(default_factory=dict)  # in the image (container or pod); {arch}, {target}...
     workspace: str = ""  # a Bazel suite's workspace folder inside the checkout
 
     def runner_kinds(self, accepted: frozenset[str]) -> frozenset[str]:
@@ -33,7 +33,7 @@ class TestSuiteParams(RepoParams, TpuSuiteParams):
         if self.model_fields_set & set(TpuSuiteParams.model_fields):
             return accepted & {"tpu_vm"}
         if self.env:
-            return accepted & {"docker"}
+            return accepted & {"docker", "kubernetes"}
         return accepted
 
 
@@ -123,5 +123,5 @@ KIND = StageKind(
     TestSuiteParams,
     build_test_suite_asset,
     frozenset({"pytest", "junit"}),
-    frozenset({"local", "docker", "rbe", "tpu_vm"}),
+    frozenset({"local", "docker", "rbe", "tpu_vm", "kubernetes"}),
 )

@@ -1,10 +1,11 @@
-"""The HTTP plumbing the fake APIs share (TPU, GitHub, ECR): a loopback `ThreadingHTTPServer` in
-a daemon thread that hands every request to one `respond` function and sends what it returns."""
+"""The HTTP plumbing the fake APIs share (TPU, GitHub, ECR, Kubernetes): a loopback
+`ThreadingHTTPServer` in a daemon thread that hands every request to one `respond` function and sends
+what it returns (a body, or `chunks` streamed with chunked transfer encoding, as a followed log)."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -29,6 +30,7 @@ class Response:
     body: bytes = b""
     headers: Mapping[str, str] = field(default_factory=dict)
     content_type: str = JSON
+    chunks: Iterable[bytes] | None = None  # streamed instead of `body`, each chunk as it comes
 
 
 class FakeHttpServer:
@@ -45,12 +47,29 @@ class FakeHttpServer:
                 self.send_response(answer.status)
                 for key, value in answer.headers.items():
                     self.send_header(key, value)
+                if answer.chunks is not None:
+                    self._stream(answer)
+                    return
                 if answer.status != 304:  # a 304 has no body, not even an empty one
                     self.send_header("Content-Type", answer.content_type)
                     self.send_header("Content-Length", str(len(answer.body)))
                 self.end_headers()
                 if answer.status != 304:
                     self.wfile.write(answer.body)
+
+            def _stream(self, answer: Response) -> None:
+                self.send_header("Content-Type", answer.content_type)
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                assert answer.chunks is not None
+                try:
+                    for chunk in answer.chunks:
+                        if chunk:
+                            self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                            self.wfile.flush()
+                    self.wfile.write(b"0\r\n\r\n")
+                except (BrokenPipeError, ConnectionResetError):
+                    self.close_connection = True  # the client stopped reading (it was interrupted)
 
             do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = _serve
 

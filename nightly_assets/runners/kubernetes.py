@@ -1,0 +1,139 @@
+"""The kubernetes runner kind: suites and commands in the night's image as pods, through dagster-k8s's
+`PipesK8sClient`, placed by the runner's `kubernetes:` block in runners.yaml (namespace, node
+selector, tolerations, extended resources such as `ibm.com/aiu`). The Dagster pool the runner holds
+still limits how many run at once.
+
+Without a cluster (`stand_in: docker`, local mode's default) the same work runs in the image on the
+runner pool's Docker engine, as the docker kind runs it. Wheels are not built in pods: a pod cannot
+be handed the checkout; a wheels stage names a local or docker runner.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+from nightly_assets.containers.runner import program_command, suite_command
+from nightly_assets.kubernetes.models import KubernetesPlacement
+from nightly_assets.kubernetes.pipes import PodRun
+from nightly_assets.kubernetes.pods import PodSpecBuilder
+from nightly_assets.kubernetes.resources import KubernetesClusterResource
+from nightly_assets.runners import docker
+from nightly_assets.runners.protocol import Capability, RunnerBackend, StageWork, SuiteOutcome
+from nightly_assets.stages import StageNotAvailable, StageSpec
+
+CLUSTER_RESOURCE = "kubernetes"
+
+
+class KubernetesBackend(RunnerBackend):
+    kind = "kubernetes"
+    supports = frozenset({"suite", "command"})
+
+    def resource_keys(self, spec: StageSpec, capability: Capability) -> set[str]:
+        # The Docker resources serve the stand-in (no cluster: the runner pool's engine).
+        return {CLUSTER_RESOURCE} | docker.IMAGE_RESOURCES
+
+    def run_suite(self, work: StageWork) -> SuiteOutcome:
+        if not work.in_image:
+            raise self.unsupported(work, "a suite outside an image", "a pod runs the night's image")
+        cluster: KubernetesClusterResource = work.resources.kubernetes
+        if cluster.stand_in == "docker":
+            work.context.log.info(f"no cluster (stand_in: docker): '{work.label}' runs on the Docker engine")
+            return SuiteOutcome(docker.suite_in_image(work), {"kubernetes/stand_in": "docker"})
+        pods: list[PodRun] = []
+        run_in = functools.partial(run_in_pod, work, pods)
+        report = docker.image_suite(work, placement_of(work).devices(), run_in)
+        return SuiteOutcome(report, pod_metadata(pods))
+
+    def run_command(self, work: StageWork, argv: list[str], output: str, timeout_s: float) -> Path:
+        if not work.in_image:
+            raise self.unsupported(work, "a command outside an image", "a pod runs the night's image")
+        cluster: KubernetesClusterResource = work.resources.kubernetes
+        if cluster.stand_in == "docker":
+            return docker.command_in_image(work, argv, output, timeout_s)
+        pods: list[PodRun] = []
+        path = docker.image_command(work, argv, output, timeout_s, functools.partial(run_in_pod, work, pods))
+        work.run.manifest.update(pod_metadata(pods))
+        return path
+
+
+def placement_of(work: StageWork) -> KubernetesPlacement:
+    runner = work.run.runner
+    assert runner is not None and runner.kubernetes is not None  # the catalog requires the block
+    return runner.kubernetes
+
+
+def pod_image(work: StageWork) -> str:
+    """The night's image as the cluster pulls it: from the registry the image stage pushed it to."""
+    environment = work.env
+    if environment.primary_registry is None:
+        raise StageNotAvailable(
+            f"{work.spec.key.to_user_string()}: the night's image {environment.reference} was pushed to no "
+            f"registry, and the pods of '{work.label}' pull from one: give the image stage `push_to`"
+        )
+    return str(environment.reference)
+
+
+def run_in_pod(
+    work: StageWork,
+    pods: list[PodRun],
+    *,
+    pytest_args: list[str] | None = None,
+    collect_only: bool = False,
+    program: list[str] | None = None,
+    timeout_s: float,
+    env: dict[str, str] | None = None,
+) -> PodRun:
+    """A suite (or `program`) in the night's image as a pod of the work's runner; outputs land in
+    run.workdir/out. The pod is appended to `pods` for the metadata."""
+    context, environment, run = work.context, work.env, work.run
+    cluster: KubernetesClusterResource = work.resources.kubernetes
+    placement = placement_of(work)
+    image = pod_image(work)
+    python, rootdir = environment.python, str(environment.rootdir)
+    if program is not None:
+        command = program_command(python, rootdir, program, timeout_s, report_files=True)
+    else:
+        command = suite_command(
+            python, rootdir, pytest_args or [], timeout_s, collect_only, report_files=True
+        )
+    builder = PodSpecBuilder(work.label, placement)
+    labels = {
+        "pipeline": work.spec.pipeline.name,
+        "stage": work.spec.stage.name,
+        "target": run.target.name,
+        "night": run.key.night.isoformat(),
+    }
+    context.log.info(
+        f"running {image} as a pod of '{work.label}' in namespace {placement.namespace} on "
+        f"{cluster.connection()}: {' '.join(command[2:])}"
+    )
+    result = cluster.pipes_client().run_pod(
+        context=context,
+        image=image,
+        command=builder.command(command),
+        namespace=placement.namespace,
+        env=env or {},
+        base_pod_meta=builder.metadata(labels),
+        base_pod_spec=builder.spec(timeout_s),
+        out_dir=run.workdir / "out",
+        where=f"{work.spec.key.to_user_string()} on '{work.label}'",
+    )
+    pods.append(result)
+    return result
+
+
+def pod_metadata(pods: list[PodRun]) -> dict[str, Any]:
+    if not pods:
+        return {}
+    pod = pods[-1]
+    return {
+        "kubernetes/pod": pod.pod,
+        "kubernetes/namespace": pod.namespace,
+        "kubernetes/node": pod.node or "",
+        "kubernetes/pod_deleted": pod.deleted,
+    }
+
+
+BACKEND = KubernetesBackend()
