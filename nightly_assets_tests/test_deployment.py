@@ -320,6 +320,7 @@ NOT_DEPLOYMENT_SETTINGS = {
     "NIGHTLY_CATALOG_DIR",
     "NIGHTLY_EXPECTED_DEVICES",
     "NIGHTLY_JOB_ARG",
+    "NIGHTLY_PIPES_TOOLS",  # the kubernetes runner's pods: the Pipes entry script, packed
 }
 
 

@@ -64,6 +64,7 @@ K8S_SECRET_VARS = (
     *(name for name in compose.SECRET_VARS if name != "DAGSTER_POSTGRES_PASSWORD"),
     "NIGHTLY_GITHUB_TOKEN",
     "NIGHTLY_RBE_TOKEN",
+    "NIGHTLY_K8S_TOKEN",
 )
 # Compose settings that Kubernetes does without: the chart configures the instance's database
 # itself (DAGSTER_PG_PASSWORD from the Secret, host and user from the values).
