@@ -4,12 +4,20 @@ row per point) and the analysis report."""
 
 import datetime as dt
 import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from nightly_assets.resources import resources_for
 from nightly_assets.results import NightKey
+from nightly_assets.warehouse.store import Warehouse
+from nightly_assets_tests.catalog_files import copy_catalog, write_pipeline
 
 # tf_theta's stages on the sample project: TensorFlow's build is replaced by the sample's wheel.
 THETA_PIPELINE = """
@@ -147,3 +155,55 @@ def test_a_theta_night_on_slurm_runs_its_jobs_as_slurm_jobs(theta, nightly_home,
     assert slurm_job(report["job_id"])["JobName"] == "theta_sample-analysis_report-20261105-theta-knl"
     assert Path(report["pdf"]).read_bytes().startswith(b"%PDF")
     assert len(Path(report["csv"]).read_text().splitlines()) == 1 + 4
+
+
+@pytest.mark.slurm
+def test_a_night_terminated_while_its_slurm_job_runs_cancels_the_job(
+    nightly_home, dagster_home, slurm, tmp_path, monkeypatch
+):
+    """SIGTERM to `nightly run` (a scheduler stopping it, a run terminated) while the sanity job
+    runs on Slurm: the job is scancelled, the stage and the night say cancelled."""
+    catalog = copy_catalog(tmp_path / "catalog")
+    long_sanity, count = re.subn(r"command: \[srun, [^\n]*", 'command: [sleep, "600"]', SLURM_PIPELINE)
+    assert count == 1
+    write_pipeline(catalog, long_sanity)
+    env = {
+        **os.environ,
+        "NIGHTLY_CATALOG_DIR": str(catalog),
+        "NIGHTLY_BATCH_KIND": "slurm",
+        "NIGHTLY_SLURM_CONF": str(slurm.conf),
+        "NIGHTLY_BATCH_POLL_S": "0.2",
+        "PYTHONUNBUFFERED": "1",
+    }
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "nightly_assets.cli", "run", "theta_sample", "--night", "2026-11-06"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
+    try:
+        assert cli.stdout is not None
+        lines = []
+        for line in cli.stdout:
+            lines.append(line)
+            if "started  theta_sample__sanity_job" in line:
+                break
+        deadline = time.monotonic() + 60
+        while not slurm.queue() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        (job_id,) = slurm.queue()
+        cli.send_signal(signal.SIGTERM)
+        rest, _ = cli.communicate(timeout=120)
+    finally:
+        cli.kill()
+    output = "".join(lines) + rest
+    assert cli.returncode == 130, output
+    shown = slurm.run("scontrol", "--oneliner", "show", "job", job_id)
+    assert "JobState=CANCELLED" in shown and "JobName=theta_sample-sanity_job-20261106-theta-knl" in shown
+    store = Warehouse(f"sqlite:///{nightly_home}/warehouse.sqlite")
+    key = NightKey("theta_sample", dt.date(2026, 11, 6), "theta-knl")
+    stages = {s.stage: s.status for s in store.stages(key)}
+    night = store.night(key)
+    store.dispose()
+    assert stages["sanity_job"] == "cancelled" and night is not None and night.status == "cancelled"
