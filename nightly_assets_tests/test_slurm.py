@@ -15,7 +15,7 @@ import pytest
 
 from nightly_assets.batch.resources import BatchSchedulerResource, require_output
 from nightly_assets.batch.schedulers import SchedulerError, SchedulerUnavailable
-from nightly_assets_tests.peers.slurm import SlurmCluster
+from nightly_assets_tests.peers.slurm import BACKGROUND, SlurmCluster
 
 pytestmark = pytest.mark.slurm
 
@@ -30,6 +30,15 @@ SECRETS = {
 def _resource(cluster: SlurmCluster, spool: Path, **overrides: str) -> BatchSchedulerResource:
     settings = {"queue": "debug", "poll_interval_s": "0.2", "slurm_conf": str(cluster.conf), **overrides}
     return BatchSchedulerResource(kind="slurm", spool_dir=str(spool), **settings)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def walltime_probe(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
+    """A job past its walltime, submitted before this module's first test: Slurm counts whole
+    minutes and checks limits every 30 s, so it ends after 60-90 s, while the other tests run."""
+    spool = tmp_path_factory.mktemp("walltime") / "spool"
+    batch = _resource(slurm_cluster, spool)
+    return batch.submit(f"{BACKGROUND}overrun", ["sleep", "600"], walltime=dt.timedelta(minutes=1)), spool
 
 
 def _job(cluster: SlurmCluster, job_id: str) -> dict[str, str]:
@@ -93,15 +102,6 @@ def test_the_job_environment_holds_no_secret_of_the_orchestrator(
     # The job is the code under test: a scratch HOME in the spool, not ours.
     assert Path(job_env["HOME"]).is_relative_to(tmp_path / "spool") and Path(job_env["HOME"]).is_dir()
     assert job_env["SLURM_JOB_ID"] == result.job_id
-
-
-@pytest.mark.slow
-def test_a_job_past_its_walltime_ends_as_walltime_exceeded(slurm: SlurmCluster, tmp_path: Path) -> None:
-    """Slurm counts whole minutes and checks limits every 30 s: this takes 60-90 s."""
-    batch = _resource(slurm, tmp_path / "spool")
-    result = batch.run_job("overrun", ["sleep", "600"], walltime=dt.timedelta(minutes=1))
-    assert (result.status.state, result.status.reason) == ("failed", "walltime exceeded")
-    assert _job(slurm, result.job_id)["JobState"] == "TIMEOUT"
 
 
 def test_an_interrupted_run_job_cancels_its_slurm_job(slurm: SlurmCluster, tmp_path: Path) -> None:
@@ -238,3 +238,12 @@ def test_slurm_refusing_a_request_says_why(slurm: SlurmCluster, tmp_path: Path) 
     assert result.status.state == "failed"
     assert result.status.reason.startswith("cannot run: it asks for more than the partition's nodes")
     assert slurm.queue() == []
+
+
+def test_a_job_past_its_walltime_ends_as_walltime_exceeded(
+    slurm: SlurmCluster, walltime_probe: tuple[str, Path]
+) -> None:
+    job_id, spool = walltime_probe
+    status = _resource(slurm, spool).wait(job_id)
+    assert (status.state, status.reason) == ("failed", "walltime exceeded")
+    assert _job(slurm, job_id)["JobState"] == "TIMEOUT"
