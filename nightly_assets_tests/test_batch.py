@@ -44,6 +44,7 @@ from nightly_assets.batch.sweep import (
     run_sweep,
 )
 from nightly_assets.batch.toy_benchmark import toy_benchmark_argv
+from nightly_assets.batch.watch import never_starts
 
 WALLTIME = dt.timedelta(seconds=30)
 TOY = toy_benchmark_argv(0.4)  # long enough for jobs to overlap
@@ -201,6 +202,12 @@ def test_bad_submissions_are_refused_with_the_reason(batch: BatchSchedulerResour
         batch.submit("x", ["true"], walltime=WALLTIME, env={"BAD-NAME": "1"})
     with pytest.raises(BatchJobError, match=r"NIGHTLY_JOB_ARGC.*reserved"):
         batch.submit("x", ["true"], walltime=WALLTIME, env={"NIGHTLY_JOB_ARGC": "1"})
+    with pytest.raises(
+        BatchJobError, match=r"\['SBATCH_PARTITION', 'SLURM_CONF'\] would steer the scheduler"
+    ):
+        batch.submit("x", ["true"], walltime=WALLTIME, env={"SLURM_CONF": "/x", "SBATCH_PARTITION": "p"})
+    with pytest.raises(SchedulerError, match="job name 'a b': expected letters, digits"):
+        batch.submit("a b", ["true"], walltime=WALLTIME)
     with pytest.raises(BatchJobError, match="argument list is empty"):
         batch.submit("x", [], walltime=WALLTIME)
     with pytest.raises(SchedulerError, match="nodes must be a positive integer, got 0"):
@@ -479,6 +486,15 @@ def test_slurm_outputs_are_parsed() -> None:
         status = parse_scontrol("123", f"JobId=123 JobName=x UserId=root(0) {line} Partition=debug\n")
         assert (status.state, status.exit_code, status.reason) == (state, code, reason), line
     assert parse_scontrol("1", "JobState=CANCELLED ExitCode=0:15 RunTime=1-00:00:01").duration_s == 86401
+    assert parse_scontrol("5", "JobId=5 JobState=STOPPED ExitCode=0:0").state == "running"  # resumable
+    # An array's parent prints a record per task: the one asked about is read.
+    array = "JobId=7 ArrayJobId=7 JobState=FAILED ExitCode=1:0\nJobId=8 ArrayJobId=7 JobState=RUNNING\n"
+    assert parse_scontrol("8", array).state == "running" and parse_scontrol("7", array).exit_code == 1
+    # Reason words with spaces come with underscores in scontrol's one-line form.
+    pending = parse_scontrol("9", "JobId=9 JobState=PENDING Reason=ReqNodeNotAvail,_UnavailableNodes:n[1-4]")
+    assert never_starts(pending) is None  # a drained node comes back: waited for
+    stuck = parse_scontrol("9", "JobId=9 JobState=PENDING Reason=PartitionConfig Dependency=(null)")
+    assert never_starts(stuck) == "more than the partition's nodes can give"
     with pytest.raises(SchedulerError, match="printed no JobState"):
         parse_scontrol("123", "slurm_load_jobs error: something else")
     recorded = {

@@ -120,25 +120,28 @@ def test_an_interrupted_run_job_cancels_its_slurm_job(slurm: SlurmCluster, tmp_p
     assert state and batch.status(submitted[0]).reason == "cancelled"
 
 
+# The job ends once the test opens its gate (a file): it is still running whatever the machine's load.
+GATED = 'while [ ! -e "$0" ]; do sleep 0.1; done; echo measured'
 _ORCHESTRATOR = textwrap.dedent(
-    """
+    f"""
     import datetime as dt, sys
+    GATED = {GATED!r}
     from nightly_assets.batch.resources import BatchSchedulerResource
     batch = BatchSchedulerResource(
         kind="slurm", spool_dir=sys.argv[1], slurm_conf=sys.argv[2], queue="debug", poll_interval_s="0.2"
     )
     batch.run_job(
-        "sweep-n1-r1-t1", ["sh", "-c", "sleep 4; echo measured"], walltime=dt.timedelta(minutes=5),
+        "sweep-n1-r1-t1", ["sh", "-c", GATED, sys.argv[3]], walltime=dt.timedelta(minutes=5),
         earlier="adopt", log=lambda line: print(line, flush=True),
     )
     """
 )
 
 
-def _orchestrator_killed_mid_job(cluster: SlurmCluster, spool: Path) -> str:
-    """Runs a job from a process that is then SIGKILLed (no chance to cancel): the job's id."""
+def _orchestrator_killed_mid_job(cluster: SlurmCluster, spool: Path, gate: Path) -> str:
+    """Runs a gated job from a process that is then SIGKILLed (no chance to cancel): the job's id."""
     process = subprocess.Popen(
-        [sys.executable, "-c", _ORCHESTRATOR, str(spool), str(cluster.conf)],
+        [sys.executable, "-c", _ORCHESTRATOR, str(spool), str(cluster.conf), str(gate)],
         stdout=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
@@ -159,13 +162,14 @@ def _orchestrator_killed_mid_job(cluster: SlurmCluster, spool: Path) -> str:
 def test_a_job_left_by_a_killed_orchestrator_is_adopted_by_the_next_attempt(
     slurm: SlurmCluster, tmp_path: Path
 ) -> None:
-    spool = tmp_path / "spool"
-    job_id = _orchestrator_killed_mid_job(slurm, spool)
+    spool, gate = tmp_path / "spool", tmp_path / "gate"
+    job_id = _orchestrator_killed_mid_job(slurm, spool, gate)
     lines: list[str] = []
     batch = _resource(slurm, spool)
+    threading.Timer(2, gate.touch).start()  # once the next attempt waits for the job
     result = batch.run_job(
         "sweep-n1-r1-t1",
-        ["sh", "-c", "sleep 4; echo measured"],
+        ["sh", "-c", GATED, str(gate)],
         walltime=WALLTIME,
         earlier="adopt",
         log=lines.append,
@@ -178,12 +182,12 @@ def test_a_stale_job_of_an_earlier_attempt_is_cancelled_not_left_beside_the_new_
     slurm: SlurmCluster, tmp_path: Path
 ) -> None:
     spool = tmp_path / "spool"
-    stale = _orchestrator_killed_mid_job(slurm, spool)
+    stale = _orchestrator_killed_mid_job(slurm, spool, tmp_path / "gate")
     batch = _resource(slurm, spool)
     # Another command under the same name (or earlier="replace"): the old job is cancelled.
     result = batch.run_job("sweep-n1-r1-t1", ["echo", "fresh"], walltime=WALLTIME, earlier="adopt")
     assert result.job_id != stale and result.stdout_text() == "fresh\n"
-    assert _job(slurm, stale)["JobState"] == "CANCELLED"
+    assert _until("the stale job is cancelled", lambda: _job(slurm, stale)["JobState"] == "CANCELLED")
 
 
 def test_a_controller_restart_while_a_job_runs_is_waited_out(slurm: SlurmCluster, tmp_path: Path) -> None:
@@ -192,14 +196,16 @@ def test_a_controller_restart_while_a_job_runs_is_waited_out(slurm: SlurmCluster
     _until("the job runs", lambda: batch.status(job_id).state == "running")
     slurm.stop_controller()
     lines: list[str] = []
-    waiter = threading.Thread(target=lambda: lines.append(batch.wait(job_id, log=lines.append).state))
+    waiter = threading.Thread(
+        target=lambda: lines.append(batch.wait(job_id, log=lines.append).state), daemon=True
+    )
     waiter.start()
     try:
         _until("the wait notices", lambda: any("does not answer" in str(line) for line in lines))
     finally:
         slurm.start_controller()
     waiter.join(timeout=60)
-    assert lines[-1] == "done", lines
+    assert not waiter.is_alive() and lines[-1] == "done", lines
     assert batch.output(job_id).stdout.read_text() == "still here\n"
 
 
@@ -230,7 +236,7 @@ def test_a_job_slurm_forgot_is_reported_lost_and_bad_ids_are_refused(
 
 
 def test_slurm_refusing_a_request_says_why(slurm: SlurmCluster, tmp_path: Path) -> None:
-    batch = _resource(slurm, tmp_path / "spool")
+    batch = _resource(slurm, tmp_path / "spool", never_starts_grace_s="0")
     with pytest.raises(SchedulerError, match=r"(?s)sbatch failed.*(Invalid partition|invalid partition)"):
         batch.submit("nowhere", ["true"], walltime=WALLTIME, queue="no-such-partition")
     # Slurm accepts a job bigger than the partition and keeps it pending: it is ended, and why said.

@@ -30,18 +30,9 @@ _UNREACHABLE = ("Unable to contact slurm controller", "Socket timed out", "Conne
 _UNKNOWN_JOB = "Invalid job id specified"
 _COMMENT_PREFIX = "nightly:"
 
-# Why a job pends that no wait will change: it can never start as submitted.
-_HOPELESS = {
-    "PartitionNodeLimit": "more nodes than the partition allows",
-    "PartitionConfig": "more than the partition's nodes can give",
-    "PartitionTimeLimit": "a walltime over the partition's limit",
-    "BadConstraints": "constraints no node meets",
-    "InvalidAccount": "an account Slurm does not know",
-    "InvalidQOS": "a QOS Slurm does not know",
-    "ReqNodeNotAvail, UnavailableNodes:": "nodes that are not available",
-}
 _QUEUED = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SUSPENDED"}
-_RUNNING = {"RUNNING", "CONFIGURING", "COMPLETING", "STAGE_OUT", "SIGNALING", "RESIZING"}
+# STOPPED: held by a signal, resumable; the job still holds its nodes.
+_RUNNING = {"RUNNING", "CONFIGURING", "COMPLETING", "STAGE_OUT", "SIGNALING", "RESIZING", "STOPPED"}
 _REASONS = {
     "TIMEOUT": "walltime exceeded",
     "CANCELLED": "cancelled",
@@ -79,15 +70,7 @@ class SlurmScheduler:
         _check_slurm_id(job_id)
         shown = self._run(["scontrol", "--oneliner", "show", "job", job_id], check=False)
         if shown.returncode == 0:
-            status = parse_scontrol(job_id, shown.output)
-            hopeless = next((why for word, why in _HOPELESS.items() if word in status.reason), None)
-            if status.state == "queued" and hopeless:
-                # Slurm keeps such a job pending forever (EnforcePartLimits=NO): end it and say why.
-                self.cancel(job_id)
-                return JobStatus(
-                    job_id, "failed", reason=f"cannot run: it asks for {hopeless} ({status.reason})"
-                )
-            return status
+            return parse_scontrol(job_id, shown.output)
         if _UNKNOWN_JOB not in shown.output:
             raise SchedulerError(f"scontrol show job {job_id} failed:\n{shown.tail()}")
         # Past MinJobAge the controller forgets a finished job: accounting, if the site keeps it.
@@ -185,8 +168,11 @@ def parse_sbatch(output: str) -> str:
 
 
 def parse_scontrol(job_id: str, output: str) -> JobStatus:
-    """`scontrol --oneliner show job`: `Key=Value` words; JobState, ExitCode, RunTime, Reason."""
-    fields = dict(word.split("=", 1) for word in output.split() if "=" in word)
+    """`scontrol --oneliner show job`: one line of `Key=Value` words per record (an array's or a
+    heterogeneous job's parent shows several); the record of `job_id` itself is read."""
+    lines = output.splitlines()
+    record = next((line for line in lines if line.startswith(f"JobId={job_id} ")), lines[0] if lines else "")
+    fields = dict(word.split("=", 1) for word in record.split() if "=" in word)
     state = fields.get("JobState", "")
     if not state:
         raise SchedulerError(f"scontrol show job {job_id} printed no JobState:\n{output[-2000:]}")

@@ -144,6 +144,7 @@ def run_sweep(
     pending = deque(points)
     in_flight: dict[str, SweepPoint] = {}
     rows: dict[SweepPoint, SweepRow] = {}
+    watch = batch.watch(log)
     try:
         while pending or in_flight:
             while pending and len(in_flight) < max_concurrent_jobs:
@@ -167,8 +168,8 @@ def run_sweep(
                     continue
                 in_flight[job_id] = point
             for job_id, point in list(in_flight.items()):
-                status = batch.status(job_id)
-                if status.finished:
+                status = watch.status(job_id)
+                if status is not None and status.finished:
                     del in_flight[job_id]
                     rows[point] = _row(point, JobResult(status, batch.output(job_id)), metric)
                     if log:

@@ -129,6 +129,7 @@ def _conf(root: Path, munge_socket: Path) -> str:
             # A cancelled or timed-out job is killed 2 s after SIGTERM (default 30 s).
             "KillWait=2",
             "MessageTimeout=3",  # a client gives up on a silent controller after 3 s (default 10)
+            "MinJobAge=3600",  # scontrol keeps a finished job for an hour: the tests read it late
             f"StateSaveLocation={root / 'state'}",
             f"SlurmdSpoolDir={root / 'spool'}",
             f"SlurmctldPidFile={root / 'slurmctld.pid'}",
