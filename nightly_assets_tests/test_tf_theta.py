@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import dagster as dg
 import pytest
 
 from nightly_assets.resources import resources_for
@@ -207,3 +208,24 @@ def test_a_night_terminated_while_its_slurm_job_runs_cancels_the_job(
     night = store.night(key)
     store.dispose()
     assert stages["sanity_job"] == "cancelled" and night is not None and night.status == "cancelled"
+
+
+@pytest.mark.slurm
+def test_a_sanity_job_left_running_by_an_earlier_attempt_is_cancelled_before_the_rebuild(
+    theta, nightly_home, slurm, monkeypatch
+):
+    monkeypatch.setenv("NIGHTLY_BATCH_KIND", "slurm")
+    monkeypatch.setenv("NIGHTLY_SLURM_CONF", str(slurm.conf))
+    monkeypatch.setenv("NIGHTLY_BATCH_POLL_S", "0.2")
+    # What an attempt killed with its orchestrator leaves: its sanity job, still running.
+    batch = resources_for("local", nightly_home)["batch"]
+    name = "theta_sample-sanity_job-20261107-theta-knl"
+    with dg.build_resources({"batch": batch}) as resolved:
+        stale = resolved.batch.submit(
+            name, ["sleep", "600"], walltime=dt.timedelta(minutes=10), queue="debug"
+        )
+    night, _ = theta
+    _, stages = night("2026-11-07", SLURM_PIPELINE)
+    assert stages["sanity_job"].status == "success", stages["sanity_job"].detail
+    shown = slurm.run("scontrol", "--oneliner", "show", "job", stale)
+    assert "JobState=CANCELLED" in shown

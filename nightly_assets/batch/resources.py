@@ -220,6 +220,19 @@ class BatchSchedulerResource(dg.ConfigurableResource):
             scheduler.cancel(live.job_id)
         return adopted or scheduler.submit(request)
 
+    def cancel_earlier(self, name: str, log: ProgressLog | None = None) -> None:
+        """Cancel the live jobs called `name` an earlier attempt left, before their inputs are rebuilt.
+        A scheduler that cannot be asked is logged, not raised: the submission that follows says so."""
+        scheduler = self.scheduler()
+        try:
+            for live in scheduler.live_jobs(name):
+                if log:
+                    log(f"batch job {live.job_id} ({name}) from an earlier attempt is still live: cancelled")
+                scheduler.cancel(live.job_id)
+        except (SchedulerError, CommandError, OSError) as exc:
+            if log:
+                log(f"batch jobs called {name}: could not look for an earlier attempt's: {exc}")
+
     def status(self, job_id: str) -> JobStatus:
         return self.scheduler().status(job_id)
 

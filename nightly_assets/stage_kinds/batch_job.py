@@ -16,6 +16,7 @@ from nightly_assets.batch.resources import (
 )
 from nightly_assets.builds.resources import PythonBuildResource
 from nightly_assets.manifests import WheelsManifest
+from nightly_assets.partitions import night_key
 from nightly_assets.stage_kinds.spec import StageKind, StageParams
 from nightly_assets.stages import StageSpec, recorded_stage
 from nightly_assets.warehouse.resources import WarehouseResource
@@ -43,6 +44,9 @@ def build_batch_job_asset(spec: StageSpec) -> dg.AssetsDefinition:
         warehouse: WarehouseResource,
     ) -> dg.MaterializeResult:
         """A job on the batch machine (the sanity check of the night's build), polled to its end."""
+        name = job_name(night_key(spec.pipeline.name, context.partition_key), spec.stage.name)
+        # A job an earlier attempt left running uses the build root about to be rebuilt: ended first.
+        batch.cancel_earlier(name, context.log.info)
         with recorded_stage(context, spec, artefacts, warehouse) as run:
             built = artefacts.manifest(run.key, wheels_stage, WheelsManifest) if wheels_stage else None
             wheels = [Path(w) for w in built.wheels] if built else []
@@ -54,9 +58,8 @@ def build_batch_job_asset(spec: StageSpec) -> dg.AssetsDefinition:
                 str(a).replace("{python}", str(python))
                 for a in params.command or [str(python), "-c", "print('ok')"]
             ]
-            # A job an earlier attempt left running used the build root rebuilt above: replaced.
             result = batch.run_job(
-                job_name(run.key, spec.stage.name),
+                name,
                 argv,
                 nodes=params.nodes,
                 tasks_per_node=params.ranks_per_node,
