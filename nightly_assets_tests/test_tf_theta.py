@@ -127,6 +127,15 @@ def test_a_theta_night_on_slurm_runs_its_jobs_as_slurm_jobs(theta, nightly_home,
     monkeypatch.setenv("NIGHTLY_BATCH_KIND", "slurm")
     monkeypatch.setenv("NIGHTLY_SLURM_CONF", str(slurm.conf))
     monkeypatch.setenv("NIGHTLY_BATCH_POLL_S", "0.2")
+    # What an attempt killed with its orchestrator leaves: its sanity job, still running. This
+    # night's attempt cancels it before it rebuilds the build root that job uses.
+    with dg.build_resources({"batch": resources_for("local", nightly_home)["batch"]}) as resolved:
+        stale = resolved.batch.submit(
+            "theta_sample-sanity_job-20261105-theta-knl",
+            ["sleep", "600"],
+            walltime=dt.timedelta(minutes=10),
+            queue="debug",
+        )
     night, _ = theta
     _, stages = night("2026-11-05", SLURM_PIPELINE)
     assert all(s.status == "success" for s in stages.values()), {n: s.detail for n, s in stages.items()}
@@ -136,7 +145,9 @@ def test_a_theta_night_on_slurm_runs_its_jobs_as_slurm_jobs(theta, nightly_home,
         shown = slurm.run("scontrol", "--oneliner", "show", "job", job_id)
         return dict(word.split("=", 1) for word in shown.split() if "=" in word)
 
+    assert "JobState=CANCELLED" in slurm.run("scontrol", "--oneliner", "show", "job", stale)
     sanity = json.loads((artefacts / "sanity_job/manifest.json").read_text())
+    assert sanity["job_id"] != stale
     assert sorted(Path(sanity["stdout"]).read_text().split("\n")[:2]) == ["session ok 0", "session ok 1"]
     job = slurm_job(sanity["job_id"])
     assert (job["JobName"], job["JobState"], job["NumTasks"]) == (
@@ -208,24 +219,3 @@ def test_a_night_terminated_while_its_slurm_job_runs_cancels_the_job(
     night = store.night(key)
     store.dispose()
     assert stages["sanity_job"] == "cancelled" and night is not None and night.status == "cancelled"
-
-
-@pytest.mark.slurm
-def test_a_sanity_job_left_running_by_an_earlier_attempt_is_cancelled_before_the_rebuild(
-    theta, nightly_home, slurm, monkeypatch
-):
-    monkeypatch.setenv("NIGHTLY_BATCH_KIND", "slurm")
-    monkeypatch.setenv("NIGHTLY_SLURM_CONF", str(slurm.conf))
-    monkeypatch.setenv("NIGHTLY_BATCH_POLL_S", "0.2")
-    # What an attempt killed with its orchestrator leaves: its sanity job, still running.
-    batch = resources_for("local", nightly_home)["batch"]
-    name = "theta_sample-sanity_job-20261107-theta-knl"
-    with dg.build_resources({"batch": batch}) as resolved:
-        stale = resolved.batch.submit(
-            name, ["sleep", "600"], walltime=dt.timedelta(minutes=10), queue="debug"
-        )
-    night, _ = theta
-    _, stages = night("2026-11-07", SLURM_PIPELINE)
-    assert stages["sanity_job"].status == "success", stages["sanity_job"].detail
-    shown = slurm.run("scontrol", "--oneliner", "show", "job", stale)
-    assert "JobState=CANCELLED" in shown
