@@ -24,6 +24,7 @@ import yaml
 from nightly_assets.catalog.loader import CatalogError, load_catalog
 from nightly_assets.containers import suite_entry
 from nightly_assets.definitions import build_definitions
+from nightly_assets.kubernetes import pipes as k8s_pipes
 from nightly_assets.kubernetes.models import KubernetesPlacement
 from nightly_assets.kubernetes.pipes import FileShippingLogsReader
 from nightly_assets.kubernetes.pods import DEADLINE_MARGIN_S, TOOLS_ENV, PodSpecBuilder
@@ -329,13 +330,22 @@ def test_output_files_come_back_through_pipes_messages_in_parts(tmp_path):
     reader = FileShippingLogsReader()
     for message in reversed(pipes.messages):  # in any order
         reader.keep(message)
-    back = reader.write_files(tmp_path / "back")
-    assert [p.name for p in back] == ["junit.xml", "result.json"]
+    back, broken = reader.write_files(tmp_path / "back")
+    assert [p.name for p in back] == ["junit.xml", "result.json"] and broken == []
     assert (tmp_path / "back" / "junit.xml").read_bytes() == big
     incomplete = FileShippingLogsReader()
     for message in pipes.messages[1:]:  # the pod stopped before the first part
         incomplete.keep(message)
-    assert [p.name for p in incomplete.write_files(tmp_path / "partial")] == ["result.json"]
+    written, broken = incomplete.write_files(tmp_path / "partial")
+    assert [p.name for p in written] == ["result.json"]
+    assert broken == [f"junit.xml: {len(parts) - 1} of {len(parts)} part(s) came back"]
+    damaged = FileShippingLogsReader()
+    for message in pipes.messages:
+        damaged.keep({**message, "gzip_base64": "!!"} if message is parts[0] else message)
+    written, broken = damaged.write_files(tmp_path / "damaged")
+    assert [p.name for p in written] == ["result.json"] and broken[0].startswith(
+        "junit.xml: damaged in transfer"
+    )
 
 
 # -- torch_spyre/tests_device as a pod, against the fake API server -------------------------------
@@ -510,3 +520,33 @@ def test_an_interrupted_run_deletes_its_pod(cluster_env, nightly_home, tmp_path)
     assert cluster_env.calls()[-1] == "delete"
     (pod,) = cluster_env.pods.values()
     assert pod.deleted.is_set() and pod.body["metadata"]["name"] == created["metadata"]["name"]
+
+
+def test_a_pod_the_node_refuses_fails_at_once_naming_why(cluster_env, nightly_home, tmp_path):
+    """Admitted by the scheduler, refused by the kubelet (the card was gone): Failed with no
+    container ever started, which the library would wait a day for."""
+    cluster_env.use("refused_by_node")
+    seen = _device_suite(nightly_home, tmp_path)
+    (created,) = cluster_env.created()
+    assert seen["stage"].status == "failure"
+    assert seen["stage"].detail.startswith(
+        f"PodRunError: pod torch-spyre-ci/{created['metadata']['name']} ended before its container "
+        "started: UnexpectedAdmissionError: Pod was rejected: Allocate failed"
+    ), seen["stage"].detail
+    assert cluster_env.calls()[-1] == "delete"
+
+
+def test_a_container_that_cannot_be_created_fails_after_its_grace_naming_why(
+    cluster_env, nightly_home, tmp_path, monkeypatch
+):
+    """A Secret of `secret_env` missing: CreateContainerConfigError, which the library retries forever."""
+    cluster_env.use("missing_secret")
+    monkeypatch.setattr(k8s_pipes, "CONFIG_GRACE_S", 0.2)
+    seen = _device_suite(nightly_home, tmp_path)
+    (created,) = cluster_env.created()
+    assert seen["stage"].status == "failure"
+    assert seen["stage"].detail.startswith(
+        f"PodRunError: pod torch-spyre-ci/{created['metadata']['name']}'s container cannot be created: "
+        'container suite is waiting: CreateContainerConfigError: secret "hf-token" not found'
+    ), seen["stage"].detail
+    assert cluster_env.calls()[-1] == "delete"

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import dagster as dg
+import urllib3
 from dagster._core.pipes.context import PipesMessageHandler
 from dagster_k8s.client import DagsterK8sError, DagsterKubernetesClient
 from dagster_k8s.pipes import PipesK8sClient, PipesK8sPodLogsMessageReader
@@ -30,6 +31,11 @@ from kubernetes.client import ApiException  # type: ignore[import-untyped]
 
 from nightly_assets.containers.runner import SuiteRun
 from nightly_assets.kubernetes.pods import CONTAINER
+
+# A container waiting for these is not going to start by itself (the library retries forever).
+_CONFIG_ERRORS = {"CreateContainerConfigError", "CreateContainerError", "InvalidImageName"}
+_STARTING = {"ContainerCreating", "PodInitializing"}
+CONFIG_GRACE_S = 60.0  # a Secret created a moment late still counts
 
 
 class PodRunError(RuntimeError):
@@ -69,17 +75,23 @@ class FileShippingLogsReader(PipesK8sPodLogsMessageReader):
         self.expected[name] = int(payload["parts"])
         self.parts.setdefault(name, {})[int(payload["part"])] = str(payload["gzip_base64"])
 
-    def write_files(self, out_dir: Path) -> list[Path]:
-        """The files whose every part arrived, written to `out_dir`."""
+    def write_files(self, out_dir: Path) -> tuple[list[Path], list[str]]:
+        """The files whose every part arrived, written to `out_dir`; and what did not come back
+        whole, named with why (parts missing, a damaged part)."""
         out_dir.mkdir(parents=True, exist_ok=True)
-        written = []
+        written, broken = [], []
         for name, parts in sorted(self.parts.items()):
             if len(parts) != self.expected[name]:
-                continue  # the pod was stopped while it sent this one
+                broken.append(f"{name}: {len(parts)} of {self.expected[name]} part(s) came back")
+                continue
             data = "".join(parts[i] for i in range(self.expected[name]))
-            (out_dir / name).write_bytes(gzip.decompress(base64.b64decode(data)))
+            try:
+                (out_dir / name).write_bytes(gzip.decompress(base64.b64decode(data)))
+            except (ValueError, OSError, EOFError) as exc:  # binascii.Error is a ValueError
+                broken.append(f"{name}: damaged in transfer ({exc})")
+                continue
             written.append(out_dir / name)
-        return written
+        return written, broken
 
 
 class _FileTap:
@@ -129,7 +141,7 @@ class NightlyPipesK8sClient(PipesK8sClient):
     ) -> Iterator[None]:
         # The library calls this right after it created the pod: from here on the pod is ours to delete.
         self._core_api, self._pod = client.core_api, pod_name
-        self._node = self._wait_until_scheduled(context, namespace, pod_name)
+        self._node = self._wait_until_started(context, namespace, pod_name)
         with super().consume_pod_logs(
             context, client, namespace, pod_name, enable_multi_container_logs, ignore_containers
         ):
@@ -180,7 +192,11 @@ class NightlyPipesK8sClient(PipesK8sClient):
         finally:
             if self._pod is not None:
                 deleted = self._delete(context, namespace, self._pod)
-        files = reader.write_files(out_dir)
+        files, broken = reader.write_files(out_dir)
+        if broken:
+            context.log.error(
+                f"files of pod {namespace}/{self._pod} lost on the way back: {'; '.join(broken)}"
+            )
         result = _read_result(out_dir)
         pod = f"pod {namespace}/{self._pod}"
         if failure is not None and not result:
@@ -200,18 +216,36 @@ class NightlyPipesK8sClient(PipesK8sClient):
             deleted=deleted,
         )
 
-    def _wait_until_scheduled(
-        self, context: dg.AssetExecutionContext, namespace: str, name: str
-    ) -> str | None:
-        """The node the pod was scheduled on; PodNotScheduled when none took it in time."""
+    def _wait_until_started(self, context: dg.AssetExecutionContext, namespace: str, name: str) -> str | None:
+        """The node the pod runs on, once its container runs (or ended, or waits on an image pull,
+        which the library reports). PodNotScheduled when no node took it in time; PodRunError when
+        the node refused it (no container ever started) or its container cannot be created (a
+        Secret or key of `secret_env` missing) for CONFIG_GRACE_S: the library would wait a day."""
         deadline = time.monotonic() + self.schedule_timeout_s
         said = ""
+        config_error_since: float | None = None
         while True:
             pod = self._core_api.read_namespaced_pod(name, namespace)
             status = pod.status
             scheduled = next((c for c in status.conditions or [] if c.type == "PodScheduled"), None)
+            if status.phase in ("Failed", "Succeeded") and not status.container_statuses:
+                raise PodRunError(
+                    f"pod {namespace}/{name} ended before its container started: "
+                    f"{describe_pod(pod) or status.phase}"
+                )
             if status.phase != "Pending" or (scheduled is not None and scheduled.status == "True"):
-                return pod.spec.node_name if pod.spec else None
+                waiting = _waiting_reason(status)
+                if waiting not in _CONFIG_ERRORS and waiting not in _STARTING:
+                    return pod.spec.node_name if pod.spec else None
+                if waiting in _CONFIG_ERRORS:
+                    config_error_since = config_error_since or time.monotonic()
+                    if time.monotonic() - config_error_since > CONFIG_GRACE_S:
+                        raise PodRunError(
+                            f"pod {namespace}/{name}'s container cannot be created: {describe_pod(pod)}; "
+                            "check the runner's secret_env and image against the namespace"
+                        )
+                time.sleep(self.poll_interval)
+                continue
             why = (
                 f"{scheduled.reason}: {scheduled.message}"
                 if scheduled is not None and scheduled.reason
@@ -259,6 +293,9 @@ class NightlyPipesK8sClient(PipesK8sClient):
                 return True
             context.log.error(f"pod {namespace}/{name} could not be deleted: {_api_error(exc)}")
             return False
+        except (OSError, urllib3.exceptions.HTTPError) as exc:  # never raised over the stage's own error
+            context.log.error(f"pod {namespace}/{name} could not be deleted (API unreachable): {exc}")
+            return False
         context.log.info(f"pod {namespace}/{name} deleted")
         return True
 
@@ -285,6 +322,14 @@ def describe_pod(pod: Any) -> str:
                 + (f": {waiting.message}" if waiting.message else "")
             )
     return "; ".join(parts)
+
+
+def _waiting_reason(status: Any) -> str:
+    """Why the pod's first waiting container waits ("" when none waits)."""
+    for container in status.container_statuses or []:
+        if container.state is not None and container.state.waiting is not None:
+            return str(container.state.waiting.reason or "")
+    return ""
 
 
 def _is_pipes(line: str) -> bool:
