@@ -550,3 +550,23 @@ def test_a_container_that_cannot_be_created_fails_after_its_grace_naming_why(
         'container suite is waiting: CreateContainerConfigError: secret "hf-token" not found'
     ), seen["stage"].detail
     assert cluster_env.calls()[-1] == "delete"
+
+
+def test_a_pod_whose_creation_was_interrupted_is_found_by_its_attempt_label_and_deleted(
+    cluster_env, nightly_home, tmp_path
+):
+    """The run is cancelled while the API stores the pod: the client never learns its name, so
+    the pod is found by the attempt's label and deleted, not left holding a card."""
+    main = threading.main_thread().ident
+    cluster_env.on_create = lambda: signal.pthread_kill(main, signal.SIGINT)
+    try:
+        with pytest.raises((KeyboardInterrupt, dg.DagsterExecutionInterruptedError)):
+            _device_suite(nightly_home, tmp_path, raise_on_error=True)
+    finally:
+        cluster_env.on_create = None
+    (pod,) = cluster_env.pods.values()
+    attempt = pod.labels["nightly/attempt"]
+    assert pod.deleted.is_set()
+    listed = [s for s in cluster_env.requests if s.method == "GET" and "labelSelector" in s.query]
+    assert [s.query["labelSelector"] for s in listed] == [[f"nightly/attempt={attempt}"]]
+    assert cluster_env.calls()[-1] == "delete"

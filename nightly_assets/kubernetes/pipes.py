@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import gzip
 import json
+import secrets
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import dagster as dg
+import kubernetes  # type: ignore[import-untyped]
 import urllib3
 from dagster._core.pipes.context import PipesMessageHandler
 from dagster_k8s.client import DagsterK8sError, DagsterKubernetesClient
@@ -30,7 +32,9 @@ from dagster_pipes import PIPES_PROTOCOL_VERSION_FIELD
 from kubernetes.client import ApiException  # type: ignore[import-untyped]
 
 from nightly_assets.containers.runner import SuiteRun
-from nightly_assets.kubernetes.pods import CONTAINER
+from nightly_assets.kubernetes.pods import CONTAINER, LABEL_PREFIX
+
+ATTEMPT_LABEL = f"{LABEL_PREFIX}/attempt"
 
 # A container waiting for these is not going to start by itself (the library retries forever).
 _CONFIG_ERRORS = {"CreateContainerConfigError", "CreateContainerError", "InvalidImageName"}
@@ -165,6 +169,10 @@ class NightlyPipesK8sClient(PipesK8sClient):
         reader = self.message_reader
         assert isinstance(reader, FileShippingLogsReader)
         started = time.monotonic()
+        # Finds the pod even when its creation was interrupted before its name came back.
+        attempt = secrets.token_hex(8)
+        labels = {**base_pod_meta.get("labels", {}), ATTEMPT_LABEL: attempt}
+        base_pod_meta = {**base_pod_meta, "labels": labels}
         deadline = float(base_pod_spec.get("activeDeadlineSeconds") or 0)
         invocation = None
         failure: str | None = None
@@ -192,6 +200,8 @@ class NightlyPipesK8sClient(PipesK8sClient):
         finally:
             if self._pod is not None:
                 deleted = self._delete(context, namespace, self._pod)
+            else:
+                self._delete_attempt(context, namespace, attempt)
         files, broken = reader.write_files(out_dir)
         if broken:
             context.log.error(
@@ -284,6 +294,25 @@ class NightlyPipesK8sClient(PipesK8sClient):
             return ""
         kept = [line for line in response.data.decode("utf-8", "replace").splitlines() if not _is_pipes(line)]
         return "\n".join(kept[-lines:])
+
+    def _delete_attempt(self, context: dg.AssetExecutionContext, namespace: str, attempt: str) -> None:
+        """Delete the pods of this attempt the client never learned the name of (an interrupt or an
+        error while it was being created): none must hold a card until its deadline."""
+        try:
+            core = self._core_api or kubernetes.client.CoreV1Api()
+            found = core.list_namespaced_pod(namespace, label_selector=f"{ATTEMPT_LABEL}={attempt}")
+            names = [pod.metadata.name for pod in found.items]
+        except (
+            ApiException,
+            OSError,
+            urllib3.exceptions.HTTPError,
+            kubernetes.config.ConfigException,
+        ) as exc:
+            context.log.error(f"pods of attempt {attempt} in {namespace} could not be looked for: {exc}")
+            return
+        self._core_api = core
+        for name in names:
+            self._delete(context, namespace, name)
 
     def _delete(self, context: dg.AssetExecutionContext, namespace: str, name: str) -> bool:
         try:

@@ -14,6 +14,7 @@ to this loopback server. It answers in Kubernetes' own shapes, from ``data/k8s_a
   when ``follow``; a scenario with ``log_follows_until_deleted`` calls ``on_follow`` (a test
   interrupts the run there) and holds the stream open until the pod is deleted;
 - ``DELETE .../pods/{name}`` -> 200 with ``deletionTimestamp``; later reads -> 404 ``Status``.
+- ``GET .../pods?labelSelector=key=value`` -> the live pods with that label.
 
 Every request is kept (``requests``), JSON bodies parsed, so tests assert on what the client sent.
 """
@@ -57,6 +58,11 @@ class _Pod:
     reads: int = 0
     deleted: threading.Event = field(default_factory=threading.Event)
 
+    @property
+    def labels(self) -> dict[str, str]:
+        labels: dict[str, str] = self.body["metadata"].get("labels", {})
+        return labels
+
 
 class FakeKubernetesApi:
     """The fake API server; `use(scenario)` picks the recorded conversation of the next pod."""
@@ -69,6 +75,7 @@ class FakeKubernetesApi:
         self.requests: list[Seen] = []
         self.pods: dict[tuple[str, str], _Pod] = {}
         self.on_follow: Callable[[], None] | None = None
+        self.on_create: Callable[[], None] | None = None  # after the pod is stored, before the answer
         self._lock = threading.Lock()
         self._server = FakeHttpServer(self._respond, "fake-k8s-api")
 
@@ -138,8 +145,14 @@ class FakeKubernetesApi:
         if request.method == "GET" and name is None:
             selector = query.get("fieldSelector", [""])[0]
             wanted = selector.removeprefix("metadata.name=")
-            pod = self.pods.get((namespace, wanted))
-            items = [self._read(pod)] if pod is not None and not pod.deleted.is_set() else []
+            labels = query.get("labelSelector", [""])[0]
+            live = [(key, pod) for key, pod in self.pods.items() if not pod.deleted.is_set()]
+            if labels:  # `key=value`, the one form the client sends
+                label, _, value = labels.partition("=")
+                found = [p for (ns, _), p in live if ns == namespace and p.labels.get(label) == value]
+            else:
+                found = [p for (ns, n), p in live if ns == namespace and n == wanted]
+            items = [self._read(pod) for pod in found]
             return _json(
                 200,
                 {
@@ -167,6 +180,8 @@ class FakeKubernetesApi:
             return _status(409, "AlreadyExists", f'pods "{name}" already exists', name)
         pod = _Pod(body)
         self.pods[(namespace, name)] = pod
+        if self.on_create is not None:
+            self.on_create()
         created = self._shape(pod, self.statuses["created"])
         created["metadata"]["namespace"] = namespace
         return _json(201, created)
