@@ -44,14 +44,20 @@ def start_night_with_a_slow_benchmark(
     )
 
 
-def wait_for_the_benchmark(cli: subprocess.Popen[str], marker: str) -> list[str]:
-    """Read the CLI's output until the benchmark stage runs with its child; the lines read."""
+def read_until(cli: subprocess.Popen[str], text: str) -> list[str]:
+    """Read the CLI's output up to the first line containing `text`; the lines read."""
     assert cli.stdout is not None
     lines = []
     for line in cli.stdout:
         lines.append(line)
-        if "started  demo__benchmarks" in line:
+        if text in line:
             break
+    return lines
+
+
+def wait_for_the_benchmark(cli: subprocess.Popen[str], marker: str) -> list[str]:
+    """Read the CLI's output until the benchmark stage runs with its child; the lines read."""
+    lines = read_until(cli, "started  demo__benchmarks")
     deadline = time.monotonic() + 60
     while len(processes_with(marker)) < 2 and time.monotonic() < deadline:
         time.sleep(0.2)

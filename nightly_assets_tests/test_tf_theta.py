@@ -19,6 +19,7 @@ from nightly_assets.resources import resources_for
 from nightly_assets.results import NightKey
 from nightly_assets.warehouse.store import Warehouse
 from nightly_assets_tests.catalog_files import copy_catalog, write_pipeline
+from nightly_assets_tests.cli_nights import read_until
 
 # tf_theta's stages on the sample project: TensorFlow's build is replaced by the sample's wheel.
 THETA_PIPELINE = """
@@ -195,12 +196,7 @@ def test_a_night_terminated_while_its_slurm_job_runs_cancels_the_job(
         env=env,
     )
     try:
-        assert cli.stdout is not None
-        lines = []
-        for line in cli.stdout:
-            lines.append(line)
-            if "started  theta_sample__sanity_job" in line:
-                break
+        lines = read_until(cli, "started  theta_sample__sanity_job")
         deadline = time.monotonic() + 60
         while not slurm.queue() and time.monotonic() < deadline:
             time.sleep(0.2)

@@ -215,9 +215,8 @@ class BatchSchedulerResource(dg.ConfigurableResource):
                 if log:
                     log(f"batch job {live.job_id} ({name}) from an earlier attempt is still live: adopted")
                 continue
-            if log:  # another command, or a second copy: never left beside the one that counts
-                log(f"batch job {live.job_id} ({name}) from an earlier attempt is still live: cancelled")
-            scheduler.cancel(live.job_id)
+            # Another command, or a second copy: never left beside the one that counts.
+            _cancel_earlier_job(scheduler, live.job_id, name, log)
         return adopted or scheduler.submit(request)
 
     def cancel_earlier(self, name: str, log: ProgressLog | None = None) -> None:
@@ -226,9 +225,7 @@ class BatchSchedulerResource(dg.ConfigurableResource):
         scheduler = self.scheduler()
         try:
             for live in scheduler.live_jobs(name):
-                if log:
-                    log(f"batch job {live.job_id} ({name}) from an earlier attempt is still live: cancelled")
-                scheduler.cancel(live.job_id)
+                _cancel_earlier_job(scheduler, live.job_id, name, log)
         except (SchedulerError, CommandError, OSError) as exc:
             if log:
                 log(f"batch jobs called {name}: could not look for an earlier attempt's: {exc}")
@@ -317,6 +314,12 @@ class BatchSchedulerResource(dg.ConfigurableResource):
             return
         if log:
             log(f"batch job {job_id}: cancelled")
+
+
+def _cancel_earlier_job(scheduler: Scheduler, job_id: str, name: str, log: ProgressLog | None) -> None:
+    if log:
+        log(f"batch job {job_id} ({name}) from an earlier attempt is still live: cancelled")
+    scheduler.cancel(job_id)
 
 
 def _read(path: Path) -> str:

@@ -104,7 +104,7 @@ class RunnerPipesClient(PipesDockerClient):
                 timer.cancel()
                 container.remove(force=True)
         invocation = dg.PipesClientCompletedInvocation(session)
-        result = _read_result(out_dir)
+        result = read_result(out_dir)
         if killed.is_set() and not result:
             raise ContainerRunError(
                 f"container of {image} ran past the hard limit of {self._timeout_s:.0f} s and was killed; "
@@ -186,7 +186,8 @@ def copy_files_out(container: Any, source_dir: str, out_dir: Path, suffix: str =
     return sorted(copied)
 
 
-def _read_result(out_dir: Path) -> dict[str, Any]:
+def read_result(out_dir: Path) -> dict[str, Any]:
+    """What the entry script reported (result.json in the run's out folder); {} when it did not."""
     path = out_dir / "result.json"
     if not path.is_file():
         return {}

@@ -31,7 +31,7 @@ from dagster_k8s.utils import apply_no_proxy_env_workaround
 from dagster_pipes import PIPES_PROTOCOL_VERSION_FIELD
 from kubernetes.client import ApiException  # type: ignore[import-untyped]
 
-from nightly_assets.containers.runner import SuiteRun
+from nightly_assets.containers.runner import SuiteRun, read_result
 from nightly_assets.kubernetes.pods import CONTAINER, LABEL_PREFIX
 
 ATTEMPT_LABEL = f"{LABEL_PREFIX}/attempt"
@@ -207,7 +207,7 @@ class NightlyPipesK8sClient(PipesK8sClient):
             context.log.error(
                 f"files of pod {namespace}/{self._pod} lost on the way back: {'; '.join(broken)}"
             )
-        result = _read_result(out_dir)
+        result = read_result(out_dir)
         pod = f"pod {namespace}/{self._pod}"
         if failure is not None and not result:
             raise PodRunError(f"{where}: {pod} failed: {failure}")
@@ -377,11 +377,3 @@ def _api_error(exc: ApiException) -> str:
     except (ValueError, AttributeError):
         message = ""
     return f"{exc.status} {exc.reason}" + (f": {message}" if message else "")
-
-
-def _read_result(out_dir: Path) -> dict[str, Any]:
-    path = out_dir / "result.json"
-    if not path.is_file():
-        return {}
-    result: dict[str, Any] = json.loads(path.read_text())
-    return result
