@@ -1,0 +1,1 @@
+"""Accelerators on a runner: probing, facts, and handing devices to suites."""
