@@ -7,6 +7,7 @@ from collections.abc import Callable
 from benchmarks import (
     bazel_cache,
     definitions_load,
+    environment_reuse,
     flaky_detection,
     image_cache,
     junit_streaming,
@@ -28,6 +29,7 @@ BENCHMARKS: dict[str, Callable[[], dict[str, float]]] = {
     "warehouse_history": warehouse_history.main,
     "regression_detection": regression_detection.main,
     "flaky_detection": flaky_detection.main,
+    "environment_reuse": environment_reuse.main,
 }
 
 

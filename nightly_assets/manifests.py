@@ -57,6 +57,7 @@ class EnvironmentManifest(Manifest):
     reference: str | None = None  # the image in its primary registry
     primary_registry: str | None = None
     packages: list[str] = Field(default_factory=list)  # import names the night's wheels install
+    frameworks: dict[str, str] = Field(default_factory=dict)  # framework distributions and versions
 
     @model_validator(mode="after")
     def _an_image_is_named(self) -> Self:

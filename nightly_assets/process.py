@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import tempfile
@@ -32,11 +33,88 @@ INHERITED = frozenset(
 )
 INHERITED_PREFIXES = ("LC_",)
 
+# What GPU code needs from its host, passed to the tested code on a runner with GPUs: where the
+# driver and runtime libraries are, which devices and capabilities the container runtime granted,
+# and the runtimes' own tuning. `*` ends a prefix. The *_VISIBLE_DEVICES a suite is handed override
+# the orchestrator's.
+GPU_VARIABLES: dict[str, tuple[str, ...]] = {
+    "nvidia": ("LD_LIBRARY_PATH", "CUDA_*", "NVIDIA_*", "NCCL_*", "CUDNN_*", "TRITON_*", "XLA_FLAGS"),
+    "amd": (
+        "LD_LIBRARY_PATH",
+        "ROCM_*",
+        "HIP_*",
+        "HSA_*",
+        "ROCR_*",
+        "HCC_*",
+        "MIOPEN_*",
+        "RCCL_*",
+        "NCCL_*",
+        "GPU_DEVICE_ORDINAL",
+        "TRITON_*",
+        "XLA_FLAGS",
+    ),
+}
 
-def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment of a child process: the allow-listed variables of ours, then `extra`."""
+# A variable that may hold a credential never reaches the code under test, whatever a runner's
+# `pass_env` says: by its name's words, and the prefixes of our own settings and of the services
+# whose clients read credentials from the environment.
+_SECRET_WORDS = re.compile(r"TOKEN|PASSW|SECRET|CREDENTIAL|PRIVATE|API_?KEY|ACCESS_?KEY|AUTH|COOKIE|SESSION")
+_SECRET_PREFIXES = (
+    "NIGHTLY_",
+    "AWS_",
+    "SLACK_",
+    "GITHUB_",
+    "GH_",
+    "GOOGLE_",
+    "GCLOUD_",
+    "TWINE_",
+    "PIP_",
+    "DOCKER_",
+    "KUBE",
+    "DAGSTER_",
+    "MYSQL",
+    "PG",
+    "DATABASE_",
+    "AZURE_",
+    "ACR_",
+    "SSH_",
+)
+
+
+def secret_variable_problem(pattern: str) -> str | None:
+    """Why a pass-through entry (a name, or a prefix ending in `*`) is refused; None: it may pass."""
+    if not re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*)?\*?", pattern) or not pattern:
+        return "expected a variable name, or a prefix ending in * (e.g. HSA_*)"
+    is_prefix = pattern.endswith("*")
+    stem = pattern.removesuffix("*").upper()
+    if is_prefix and len(stem) < 3:
+        return "a prefix this short would pass nearly every variable, secrets included; name them"
+    names_secret = _SECRET_WORDS.search(stem) or stem.startswith(_SECRET_PREFIXES)
+    if names_secret or (is_prefix and any(p.startswith(stem) for p in _SECRET_PREFIXES)):
+        return (
+            "it names (or could match) a secret: tokens, passwords, keys and the orchestrator's own "
+            "settings (NIGHTLY_*, the warehouse URL, AWS_*, SLACK_*, ...) never reach the tested code"
+        )
+    return None
+
+
+def passed_variables(patterns: Sequence[str], environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The orchestrator's variables that `patterns` name (names, or prefixes ending in `*`), less any
+    that looks like a secret."""
+    names = {p for p in patterns if not p.endswith("*")}
+    prefixes = tuple(p[:-1] for p in patterns if p.endswith("*"))
+    return {
+        k: v
+        for k, v in (os.environ if environ is None else environ).items()
+        if (k in names or (prefixes and k.startswith(prefixes))) and secret_variable_problem(k) is None
+    }
+
+
+def child_env(extra: Mapping[str, str] | None = None, passed: Sequence[str] = ()) -> dict[str, str]:
+    """The environment of a child process: the allow-listed variables of ours, those `passed`
+    names (a runner's GPU set and `pass_env`), then `extra`."""
     inherited = {k: v for k, v in os.environ.items() if k in INHERITED or k.startswith(INHERITED_PREFIXES)}
-    return {**inherited, **(extra or {})}
+    return {**inherited, **passed_variables(passed), **(extra or {})}
 
 
 class CommandError(RuntimeError):
@@ -63,11 +141,13 @@ def run_command(
     log_path: Path | None = None,
     check: bool = True,
     scratch_home: bool = False,
+    passed: Sequence[str] = (),
 ) -> CommandResult:
     """Run `args` (never a shell string) with the allow-listed environment plus `env`, capturing
     stdout+stderr into `log_path` when given. `scratch_home`: the command is the code under test
     (a build backend, a test suite, a benchmark), so HOME is an empty folder of its own, not ours
-    with its credential files (~/.docker/config.json, ~/.netrc, ~/.git-credentials, gcloud's)."""
+    with its credential files (~/.docker/config.json, ~/.netrc, ~/.git-credentials, gcloud's).
+    `passed`: more of our variables the command inherits (names or prefixes ending in `*`)."""
     if scratch_home:
         with tempfile.TemporaryDirectory(prefix="nightly-home-") as home:
             return run_command(
@@ -77,9 +157,10 @@ def run_command(
                 timeout_s=timeout_s,
                 log_path=log_path,
                 check=check,
+                passed=passed,
             )
     argv = tuple(str(a) for a in args)
-    full_env = child_env(env)
+    full_env = child_env(env, passed)
     try:
         # Its own process group: a timeout or an interrupted night ends the command's children too.
         proc = subprocess.Popen(

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import dagster as dg
 
+from nightly_assets.builds.framework_stack import STACK_PTH, FrameworkStack
 from nightly_assets.builds.test_dependencies import TestDependencies
 from nightly_assets.builds.toolchain import test_toolchain
 from nightly_assets.process import CommandError, run_command
@@ -55,27 +56,45 @@ class PythonBuildResource(dg.ConfigurableResource):
         return sorted(out.glob(pattern))
 
     def create_environment(
-        self, dest: Path, wheels: list[Path], log: Path, tests: TestDependencies | None = None
+        self,
+        dest: Path,
+        wheels: list[Path],
+        log: Path,
+        tests: TestDependencies | None = None,
+        stack: FrameworkStack | None = None,
     ) -> Path:
         """A fresh virtual environment with `wheels` (their dependencies from the index) and the
-        suite's test dependencies; returns its python. Without test dependencies the suite runs
-        with the orchestrator's pytest, linked in after the environment's own packages."""
-        run_command([sys.executable, "-m", "venv", "--without-pip", dest], timeout_s=300)
-        python = dest / "bin" / "python"
-        tests = tests or TestDependencies()
-        install: list[str | Path] = [sys.executable, "-m", "pip", "--python", python, "install"]
-        self._run(
-            [*install, "--find-links", wheels[0].parent, *tests.pip_arguments([str(w) for w in wheels])],
-            log,
-            f"installing into {dest.name}",
+        suite's test dependencies; returns its python. With a framework `stack`, the venv is made
+        from the stack's Python and sees its packages after its own, so pip installs only what the
+        stack lacks. Without test dependencies the suite runs with the stack's pytest, else the
+        orchestrator's, linked in after the environment's own packages."""
+        run_command(
+            [stack.python if stack else sys.executable, "-m", "venv", "--without-pip", dest], timeout_s=300
         )
-        if not tests:
-            site = run_command(
+        python = dest / "bin" / "python"
+        site = Path(
+            run_command(
                 [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], timeout_s=60
             ).output.strip()
+        )
+        if stack is not None:
+            (site / STACK_PTH).write_text(stack.pth_lines())
+        tests = tests or TestDependencies()
+        install: list[str | Path] = [sys.executable, "-m", "pip", "--python", python, "install"]
+        if wheels or tests:
+            self._run(
+                [*install, *self._wheel_links(wheels), *tests.pip_arguments([str(w) for w in wheels])],
+                log,
+                f"installing into {dest.name}",
+            )
+        if not tests:
             tools = test_toolchain(Path(self.toolchain_dir) / f"py{sysconfig.get_python_version()}")
-            (Path(site) / "_nightly_test_toolchain.pth").write_text(f"{tools}\n")
+            (site / "_nightly_test_toolchain.pth").write_text(f"{tools}\n")
         return python
+
+    @staticmethod
+    def _wheel_links(wheels: list[Path]) -> list[str | Path]:
+        return ["--find-links", wheels[0].parent] if wheels else []
 
     def download(self, requirements: list[str], dest: Path, log: Path) -> None:
         """Fetch `requirements` (pip install arguments) and their dependencies as files into `dest`,

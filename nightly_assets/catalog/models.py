@@ -19,7 +19,9 @@ from pydantic import (
     model_validator,
 )
 
+from nightly_assets.builds.framework_stack import check_base_python
 from nightly_assets.kubernetes.models import KubernetesPlacement
+from nightly_assets.process import GPU_VARIABLES, secret_variable_problem
 from nightly_assets.stage_kinds import stage_kind, stage_kinds
 from nightly_assets.stage_kinds.spec import ORCHESTRATOR, Identifier, RunnerKind, StageParams
 from nightly_assets.tpu.models import TpuTarget
@@ -44,6 +46,31 @@ class Runner(StrictModel):
     pool: str | None = None
     description: str = ""
     kubernetes: KubernetesPlacement | None = None  # kind kubernetes: where its pods go
+    gpu_vendor: Literal["nvidia", "amd", "auto"] = "auto"  # whose GPU variables its children get
+    # More variables (names, or prefixes ending in *) the tested code inherits from the
+    # orchestrator, besides the GPU set of `gpu_vendor` that a runner with GPUs passes by default.
+    pass_env: list[str] = Field(default_factory=list)
+    # The host framework stack (torch, JAX, CuPy) its environments reuse: a Python's path, or a
+    # variable holding it (`${NIGHTLY_BASE_PYTHON:-}`: none where unset).
+    base_python: Annotated[str | None, AfterValidator(check_base_python)] = None
+
+    @field_validator("pass_env")
+    @classmethod
+    def _no_secrets(cls, names: list[str]) -> list[str]:
+        for name in names:
+            problem = secret_variable_problem(name)
+            if problem:
+                raise ValueError(f"{name!r}: {problem}")
+        return names
+
+    def passed_variables(self) -> tuple[str, ...]:
+        """What the tested code on this runner inherits beyond the basic set: its GPU variables
+        (when it has GPUs) and its own `pass_env`."""
+        gpu: tuple[str, ...] = ()
+        if self.gpus != 0:
+            vendors = ("nvidia", "amd") if self.gpu_vendor == "auto" else (self.gpu_vendor,)
+            gpu = tuple(v for vendor in vendors for v in GPU_VARIABLES[vendor])
+        return (*dict.fromkeys((*gpu, *self.pass_env)),)
 
     @model_validator(mode="after")
     def _placement_of_its_kind(self) -> Runner:

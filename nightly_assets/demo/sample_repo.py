@@ -22,6 +22,10 @@ import yaml
 
 SAMPLE_PROJECT_DIR = Path(__file__).parent / "sample_project"
 HISTORY_FILE = SAMPLE_PROJECT_DIR / "history.yaml"
+# The demo_gpu pipeline's project (`sample:nightlygpu`): GPU kernels through the host's torch or CuPy.
+GPU_HISTORY_FILE = Path(__file__).parent / "gpu_project" / "history.yaml"
+# Which history a `sample:<name>` URL builds; any other name is the nightlysample project.
+SAMPLE_HISTORIES = {"nightlygpu": GPU_HISTORY_FILE}
 # The demo pipeline applies this patch after checkout; it lives with the catalog that names it.
 PATCHES_DIR = Path(__file__).parents[1] / "defs" / "patches" / "demo"
 BRANCH = "main"
@@ -58,12 +62,17 @@ class _Step:
     delete: tuple[str, ...]
 
 
-def load_history() -> list[SampleCommit]:
+def sample_history(name: str) -> Path:
+    """The history file a `sample:<name>` repository is built from."""
+    return SAMPLE_HISTORIES.get(name, HISTORY_FILE)
+
+
+def load_history(history_file: Path = HISTORY_FILE) -> list[SampleCommit]:
     """The commits of ``history.yaml``, oldest first, without SHAs."""
-    return [step.commit for step in _load_steps(HISTORY_FILE)]
+    return [step.commit for step in _load_steps(history_file)]
 
 
-def ensure_sample_repo(dest: Path) -> list[SampleCommit]:
+def ensure_sample_repo(dest: Path, history_file: Path = HISTORY_FILE) -> list[SampleCommit]:
     """Create (or reuse) the demo repository at ``dest``; return its commits with SHAs.
 
     ``dest`` may be missing or an empty folder (the repo is built), or a repo whose
@@ -71,7 +80,7 @@ def ensure_sample_repo(dest: Path) -> list[SampleCommit]:
     raises ValueError; nothing the caller owns is ever deleted.
     """
     dest = Path(dest)
-    steps = _load_steps(HISTORY_FILE)
+    steps = _load_steps(history_file)
     if dest.exists() and not (dest.is_dir() and not any(dest.iterdir())):
         return _reuse(dest, steps)
     dest.parent.mkdir(parents=True, exist_ok=True)

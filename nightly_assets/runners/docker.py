@@ -63,6 +63,10 @@ class DockerBackend(RunnerBackend):
             raise self.unsupported(work, "a command outside an image", "name a local runner")
         return command_in_image(work, argv, output, timeout_s)
 
+    def gpu_count(self, work: StageWork) -> int:
+        pool: DockerRunnerPoolResource = work.resources.docker_pool
+        return pool.devices(work.label).count
+
     def build_wheels(self, work: StageWork, params: WheelsParams) -> BuiltWheels:
         """Wheels from a fresh container of the builder image on the runner's Docker host."""
         pool: DockerRunnerPoolResource = work.resources.docker_pool
@@ -98,6 +102,16 @@ class DockerBackend(RunnerBackend):
         )
 
 
+def suite_env(work: StageWork) -> dict[str, str]:
+    """The suite's `env` with the target's values filled in ({arch}, {target}, its params), and the
+    devices the target expects."""
+    run = work.run
+    variables = {"arch": run.target.arch, "target": run.target.name, **run.target.params}
+    env = {k: str(v).format(**variables) for k, v in work.spec.params(TestSuiteParams).env.items()}
+    env["NIGHTLY_EXPECTED_DEVICES"] = str(run.target.devices)
+    return env
+
+
 def suite_in_image(work: StageWork) -> TestReport:
     """The suite in the night's image through Dagster Pipes, on the runner label's Docker host."""
     pool: DockerRunnerPoolResource = work.resources.docker_pool
@@ -111,9 +125,7 @@ def image_suite(work: StageWork, gpus: int, run_in: RunIn) -> TestReport:
     assert suite is not None
     run, name = work.run, work.spec.stage.name
     args, collect_only = suite_selection(work, gpus)
-    variables = {"arch": run.target.arch, "target": run.target.name, **run.target.params}
-    env = {k: str(v).format(**variables) for k, v in work.spec.params(TestSuiteParams).env.items()}
-    env["NIGHTLY_EXPECTED_DEVICES"] = str(run.target.devices)
+    env = suite_env(work)
     work.context.log.info(
         f"{name}: {'collect-only' if collect_only else 'pytest'} {' '.join(args)} in the image "
         f"({run.target.arch}, {gpus} GPU(s) on '{work.label}', suite needs {suite.min_gpus})"

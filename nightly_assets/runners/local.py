@@ -4,9 +4,13 @@ image, the suite or command runs in it on this machine's Docker engine instead."
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 
 from nightly_assets.builds.resources import PythonBuildResource
+from nightly_assets.devices.facts import DeviceFacts
+from nightly_assets.devices.probe import HostGpus, visible_devices_env
 from nightly_assets.process import run_command
 from nightly_assets.results import TestReport
 from nightly_assets.runners import docker
@@ -52,30 +56,39 @@ class LocalBackend(RunnerBackend):
             builder.build_wheels(Path(pinned.path), workdir / "dist", workdir / "build.log", pinned.build_env)
         )
 
+    def gpu_count(self, work: StageWork) -> int:
+        if work.in_image:
+            return docker.BACKEND.gpu_count(work)
+        return _gpus(work, work.resources.test_runner.host_gpus())
+
     def run_command(self, work: StageWork, argv: list[str], output: str, timeout_s: float) -> Path:
         if work.in_image:
             return docker.command_in_image(work, argv, output, timeout_s)
         workdir = work.run.workdir
         python = work.env.python
         path = workdir / output
-        run_command(
-            [python if a == "python" else str(a).replace("{output}", str(path)) for a in argv],
-            cwd=workdir,
-            timeout_s=timeout_s,
-            log_path=workdir / "command.log",
-            scratch_home=True,
-        )
+        host = work.resources.test_runner.host_gpus()
+        with handed_devices(work, host, work.gpus, timeout_s) as device_env:
+            run_command(
+                [python if a == "python" else str(a).replace("{output}", str(path)) for a in argv],
+                cwd=workdir,
+                env=device_env,
+                timeout_s=timeout_s,
+                log_path=workdir / "command.log",
+                scratch_home=True,
+                passed=work.run.runner.passed_variables() if work.run.runner else (),
+            )
         return path
 
 
 def _pytest_here(work: StageWork) -> TestReport:
-    """The suite with the environment's Python on this host; collect-only where the target's arch
-    is dry-run or this machine has fewer GPUs than the suite needs."""
+    """The suite with the environment's Python on this host, on GPUs handed to it alone;
+    collect-only where the target's arch is dry-run or this machine has fewer GPUs than it needs."""
     suite, run, name = work.spec.stage.suite, work.run, work.spec.stage.name
     assert suite is not None
     test_runner: LocalTestRunnerResource = work.resources.test_runner
-    runner_gpus = run.runner.gpus if run.runner else 0
-    gpus = test_runner.visible_gpus() if runner_gpus == "auto" else runner_gpus
+    host = test_runner.host_gpus()
+    gpus = _gpus(work, host)
     args, collect_only = suite_selection(work, gpus)
     python = Path(work.env.python)
     checkout = work.spec.checkout(work.artefacts, run.key)
@@ -86,19 +99,66 @@ def _pytest_here(work: StageWork) -> TestReport:
         )
     log = run.workdir / "pytest.log"
     timeout_s = suite.timeout_minutes * 60
+    passed = run.runner.passed_variables() if run.runner else ()
     if collect_only:
         work.context.log.info(
             f"{name}: collect-only ({run.target.arch}, {gpus} GPU(s), suite needs {suite.min_gpus})"
         )
-        result = test_runner.collect_pytest(python, rootdir, args, timeout_s, log)
+        result = test_runner.collect_pytest(
+            python, rootdir, args, timeout_s, log, env=docker.suite_env(work), passed=passed
+        )
         report = parse_collect_only(result.output, name, run.runner_name)
     else:
-        work.context.log.info(f"{name}: pytest {' '.join(args)} on {run.runner_name}")
         junit = run.workdir / "junit.xml"
-        test_runner.run_pytest(python, rootdir, args, junit, timeout_s, log)
+        with handed_devices(work, host, suite.min_gpus, timeout_s) as device_env:
+            work.context.log.info(f"{name}: pytest {' '.join(args)} on {run.runner_name}")
+            test_runner.run_pytest(
+                python,
+                rootdir,
+                args,
+                junit,
+                timeout_s,
+                log,
+                env={**docker.suite_env(work), **device_env},
+                passed=passed,
+            )
         report = parse_junit(junit, name, run.runner_name)
     work.context.log.info(f"{name}: {report.counts()}")
     return report
+
+
+def _gpus(work: StageWork, host: HostGpus) -> int:
+    """The GPUs the stage's runner has: what this host shows for `gpus: auto`, else as declared."""
+    if host.problem:
+        work.context.log.warning(f"{work.spec.key.to_user_string()}: GPUs not counted: {host.problem}")
+    declared = work.run.runner.gpus if work.run.runner else 0
+    return host.count if declared == "auto" else declared
+
+
+@contextlib.contextmanager
+def handed_devices(work: StageWork, host: HostGpus, count: int, timeout_s: float) -> Iterator[dict[str, str]]:
+    """Hold `count` of this host's GPUs for the block, for this stage alone: the child's
+    *_VISIBLE_DEVICES name them, and the stage's manifest records what it ran on."""
+    frameworks = work.environment.frameworks if work.environment is not None else {}
+    if count == 0 or host.count < count:
+        if count:  # a runner that declares more GPUs than the host shows: nothing to hand out
+            work.context.log.warning(
+                f"{work.spec.key.to_user_string()}: needs {count} GPU(s), this host shows {host.count}: "
+                "none handed out, the visibility variables are left as they are"
+            )
+        work.run.manifest["devices"] = DeviceFacts(frameworks=frameworks).model_dump()
+        yield {}
+        return
+    key = work.run.key
+    owner = f"{work.spec.key.to_user_string()} {key.night} {key.target} run {work.context.run.run_id[:8]}"
+    leases = work.resources.test_runner.leases()
+    with leases.hold(host, count, owner=owner, timeout_s=timeout_s, log=work.context.log.info) as ids:
+        facts = host.facts(ids, frameworks)
+        work.run.manifest["devices"] = facts.model_dump()
+        work.context.log.info(
+            f"{work.spec.key.to_user_string()}: handed {', '.join(ids)} ({facts.describe()})"
+        )
+        yield visible_devices_env(host.vendor, ids)
 
 
 BACKEND = LocalBackend()

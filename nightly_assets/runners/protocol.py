@@ -35,6 +35,7 @@ class StageWork:
     spec: StageSpec
     run: StageRun
     environment: EnvironmentManifest | None  # None: no environment stage upstream
+    gpus: int = 0  # GPUs the work needs (a suite's or a benchmark's min_gpus), handed to it alone
 
     @property
     def resources(self) -> Any:
@@ -103,6 +104,11 @@ class RunnerBackend:
 
     def build_wheels(self, work: StageWork, params: WheelsParams) -> BuiltWheels:
         raise self.unsupported(work, "a wheel build")
+
+    def gpu_count(self, work: StageWork) -> int:
+        """The GPUs the stage's runner gives its work (what a stage's min_gpus is checked against)."""
+        declared = work.run.runner.gpus if work.run.runner else 0
+        return declared if isinstance(declared, int) else 0
 
     def run_command(self, work: StageWork, argv: list[str], output: str, timeout_s: float) -> Path:
         """Run `argv` ("python": the environment's Python; "{output}": where it writes its one

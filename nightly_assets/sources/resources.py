@@ -11,7 +11,7 @@ from typing import Any
 import dagster as dg
 
 from nightly_assets.catalog.models import SAMPLE_URL
-from nightly_assets.demo.sample_repo import ensure_sample_repo
+from nightly_assets.demo.sample_repo import ensure_sample_repo, sample_history
 from nightly_assets.process import CommandError, CommandResult, run_command
 
 SAMPLE_SCHEME = "sample:"
@@ -48,9 +48,10 @@ class GitSourcesResource(dg.ConfigurableResource):
         if url.startswith(SAMPLE_SCHEME):
             if not SAMPLE_URL.fullmatch(url):  # the catalog refuses these too: never write elsewhere
                 raise SourceError(f"repository URL {url!r}: expected sample:<name>, a plain name")
-            repo = Path(self.cache_dir) / "sample" / url.removeprefix(SAMPLE_SCHEME)
+            name = url.removeprefix(SAMPLE_SCHEME)
+            repo = Path(self.cache_dir) / "sample" / name
             if not (repo / ".git").exists():
-                ensure_sample_repo(repo)  # built once; afterwards it is an upstream like any other
+                ensure_sample_repo(repo, sample_history(name))  # built once; afterwards it is an upstream like any other
             return str(repo)
         return url
 

@@ -23,6 +23,9 @@ class BenchmarksParams(StageParams):
     # argv; "python" is the night's Python, {output} the timing JSON it writes
     command: list[str] | None = Field(default=None, min_length=1)
     from_stage: str | None = None  # or: the stage (a TPU test suite) whose timing file to read
+    # GPUs the benchmark command needs, handed to it alone; a runner with fewer skips the stage
+    # (with the reason), as a suite with too few GPUs only collects: never a failed night.
+    min_gpus: int = Field(default=0, ge=0)
 
     @model_validator(mode="after")
     def _one_source(self) -> Self:
@@ -53,8 +56,16 @@ def build_benchmarks_asset(spec: StageSpec) -> dg.AssetsDefinition:
                 environment = (
                     artefacts.manifest(run.key, env_stage, EnvironmentManifest) if env_stage else None
                 )
-                work = StageWork(context, spec, run, environment)
+                work = StageWork(context, spec, run, environment, gpus=params.min_gpus)
                 runner = backend(run.runner_kind)
+                available = runner.gpu_count(work) if params.min_gpus else 0
+                if available < params.min_gpus:
+                    reason = f"needs {params.min_gpus} GPU(s), runner '{run.runner_name}' has {available}"
+                    context.log.info(f"{spec.key.to_user_string()}: skipped: {reason}")
+                    run.manifest.update(benchmarks={}, skipped=reason)
+                    # Planned, as a GPU suite's collect-only on a CPU host: the stage succeeds saying so.
+                    run.detail = f"skipped: {reason}"
+                    return dg.MaterializeResult(metadata={"skipped": reason})
                 output = runner.run_command(work, params.command, "timing.json", BENCHMARK_TIMEOUT_S)
             else:
                 assert params.from_stage is not None  # the params model requires one of the two

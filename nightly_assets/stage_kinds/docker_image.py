@@ -10,6 +10,12 @@ import dagster as dg
 from pydantic import Field
 
 from nightly_assets.artefacts.resources import ArtefactStoreResource
+from nightly_assets.builds.framework_stack import (
+    FrameworkStackParams,
+    reused_stack,
+    stack_metadata,
+    stack_record,
+)
 from nightly_assets.builds.resources import PythonBuildResource
 from nightly_assets.builds.test_dependencies import TestDependencyParams
 from nightly_assets.builds.wheel_metadata import top_level_names
@@ -22,7 +28,7 @@ from nightly_assets.stages import StageSpec, recorded_stage, stage_events
 from nightly_assets.warehouse.resources import WarehouseResource
 
 
-class DockerImageParams(RepoParams, TestDependencyParams):
+class DockerImageParams(RepoParams, TestDependencyParams, FrameworkStackParams):
     role: Literal["framework", "runtime"] = "runtime"  # framework: base, cached; runtime: wheels + tests
     install_wheels: bool = False  # the nearest upstream wheels stage's wheels go into the image
     tests: list[str] = Field(default_factory=lambda: ["tests"])  # checkout paths copied in for pytest
@@ -66,9 +72,14 @@ def build_docker_image_asset(spec: StageSpec) -> dg.AssetsDefinition:
             )
             if unavailable:
                 context.log.warning(f"{unavailable}: installing into a virtualenv instead")
-                python = builder.create_environment(
-                    run.workdir / "venv", wheels, run.workdir / "install.log", tests
+                where = f"{spec.key.to_user_string()} (runner '{run.runner_name}')"
+                stack = reused_stack(
+                    params.base_python, run.runner.base_python if run.runner else None, where, wheels
                 )
+                python = builder.create_environment(
+                    run.workdir / "venv", wheels, run.workdir / "install.log", tests, stack
+                )
+                run.manifest.update(stack_record(python, stack))
                 run.manifest.update(
                     mode="venv",
                     python=str(python),
@@ -80,6 +91,7 @@ def build_docker_image_asset(spec: StageSpec) -> dg.AssetsDefinition:
                     "mode": "venv",
                     "python": str(python),
                     "why_no_image": unavailable,
+                    **stack_metadata(run.manifest),
                 }
                 run.checks.extend(checks.skipped_registry_checks(spec.key, push_to))
             else:

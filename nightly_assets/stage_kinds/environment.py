@@ -6,6 +6,12 @@ from pathlib import Path
 import dagster as dg
 
 from nightly_assets.artefacts.resources import ArtefactStoreResource
+from nightly_assets.builds.framework_stack import (
+    FrameworkStackParams,
+    reused_stack,
+    stack_metadata,
+    stack_record,
+)
 from nightly_assets.builds.resources import PythonBuildResource
 from nightly_assets.builds.test_dependencies import TestDependencyParams
 from nightly_assets.builds.wheel_metadata import top_level_names
@@ -15,8 +21,9 @@ from nightly_assets.stages import StageSpec, recorded_stage
 from nightly_assets.warehouse.resources import WarehouseResource
 
 
-class EnvironmentParams(RepoParams, TestDependencyParams):
-    """Which repository's checkout holds the requirements files, and the suite's test dependencies."""
+class EnvironmentParams(RepoParams, TestDependencyParams, FrameworkStackParams):
+    """Which repository's checkout holds the requirements files, the suite's test dependencies, and
+    the host framework stack the environment reuses."""
 
 
 def build_environment_asset(spec: StageSpec) -> dg.AssetsDefinition:
@@ -35,19 +42,26 @@ def build_environment_asset(spec: StageSpec) -> dg.AssetsDefinition:
             wheels = [Path(w) for w in artefacts.manifest(run.key, str(wheels_stage), WheelsManifest).wheels]
             checkout = spec.checkout(artefacts, run.key) if params.requirements else None
             tests = params.test_dependencies(checkout, spec.key.to_user_string())
+            where = f"{spec.key.to_user_string()} (runner '{run.runner_name}')"
+            runner_stack = run.runner.base_python if run.runner else None
+            stack = reused_stack(params.base_python, runner_stack, where, wheels)
             python = builder.create_environment(
-                run.workdir / "venv", wheels, run.workdir / "install.log", tests
+                run.workdir / "venv", wheels, run.workdir / "install.log", tests, stack
             )
+            run.manifest.update(stack_record(python, stack))
             run.manifest["python"] = str(python)
             run.manifest["installed"] = [w.name for w in wheels]
             run.manifest["packages"] = top_level_names(wheels)
             run.detail = f"{len(wheels)} wheel(s) installed" + (" with test dependencies" if tests else "")
+            if stack is not None:
+                run.detail += f" on {stack.python} (Python {stack.full_version})"
             context.log.info(f"environment ready: {python} (packages from {builder.package_sources()})")
         return dg.MaterializeResult(
             metadata={
                 "python": str(python),
                 "installed": ", ".join(w.name for w in wheels),
                 "test_dependencies": tests.describe(),
+                **stack_metadata(run.manifest),
             }
         )
 

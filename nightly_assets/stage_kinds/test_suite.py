@@ -25,7 +25,8 @@ QUARANTINE_WINDOW_NIGHTS = 30  # the nights a failing test's flakiness is judged
 class TestSuiteParams(RepoParams, TpuSuiteParams):
     __test__ = False  # not a pytest class
 
-    env: dict[str, str] = Field(default_factory=dict)  # in the image (container or pod); {arch}, {target}...
+    # for the suite's process (here, in the image's container or pod); {arch}, {target}, target params
+    env: dict[str, str] = Field(default_factory=dict)
     workspace: str = ""  # a Bazel suite's workspace folder inside the checkout
 
     def runner_kinds(self, accepted: frozenset[str]) -> frozenset[str]:
@@ -33,7 +34,7 @@ class TestSuiteParams(RepoParams, TpuSuiteParams):
         if self.model_fields_set & set(TpuSuiteParams.model_fields):
             return accepted & {"tpu_vm"}
         if self.env:
-            return accepted & {"docker", "kubernetes"}
+            return accepted & {"local", "docker", "kubernetes"}
         return accepted
 
 
@@ -61,7 +62,9 @@ def build_test_suite_asset(spec: StageSpec) -> dg.AssetsDefinition:
         warehouse: WarehouseResource = context.resources.warehouse
         with recorded_stage(context, spec, artefacts, warehouse) as run:
             environment = artefacts.manifest(run.key, env_stage, EnvironmentManifest) if env_stage else None
-            work = StageWork(context, spec, run, environment)
+            suite = spec.stage.suite
+            assert suite is not None  # the catalog guarantees it for test_suite stages
+            work = StageWork(context, spec, run, environment, gpus=suite.min_gpus)
             outcome = suite_backend(spec, run.runner_kind).run_suite(work)
             report = outcome.report
             store = warehouse.store()

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import dagster as dg
 
-from nightly_assets.process import CommandError, CommandResult, cause, run_command
+from nightly_assets.devices.leases import GpuLeases
+from nightly_assets.devices.probe import HostGpus, probe_gpus
+from nightly_assets.process import CommandResult, cause, run_command
+from nightly_assets.settings import nightly_home
 
 # pytest's exit codes: 0 all passed, 1 some failed, 5 nothing collected; anything else is
 # an interrupted, internal or usage error, so the report cannot be trusted.
@@ -22,46 +26,74 @@ class TestRunError(RuntimeError):
 
 
 class LocalTestRunnerResource(dg.ConfigurableResource):
-    """Runs pytest with the environment's interpreter on this machine."""
+    """Runs pytest with the environment's interpreter on this machine, on the GPUs it is handed."""
+
+    lease_dir: str = ""  # where GPU leases are held (lock files); default $NIGHTLY_HOME/gpu-leases
 
     def run_pytest(
-        self, python: Path, rootdir: Path, args: list[str], junit: Path, timeout_s: float, log: Path
+        self,
+        python: Path,
+        rootdir: Path,
+        args: list[str],
+        junit: Path,
+        timeout_s: float,
+        log: Path,
+        *,
+        env: Mapping[str, str] | None = None,
+        passed: Sequence[str] = (),
     ) -> CommandResult:
-        """Run the suite (`args`: paths, markers, the suite's own arguments), writing JUnit to `junit`."""
+        """Run the suite (`args`: paths, markers, the suite's own arguments), writing JUnit to `junit`;
+        `env` and the orchestrator's variables `passed` (a runner's GPU set) reach it."""
         extra = [f"--junitxml={junit}", "-o", "junit_family=xunit2"]
-        result = self._pytest(python, rootdir, [*args, *extra], timeout_s, log)
+        result = self._pytest(python, rootdir, [*args, *extra], timeout_s, log, env, passed)
         usable(result.returncode, result.tail(), junit)
         return result
 
     def collect_pytest(
-        self, python: Path, rootdir: Path, args: list[str], timeout_s: float, log: Path
+        self,
+        python: Path,
+        rootdir: Path,
+        args: list[str],
+        timeout_s: float,
+        log: Path,
+        *,
+        env: Mapping[str, str] | None = None,
+        passed: Sequence[str] = (),
     ) -> CommandResult:
         """Only collect the suite (a dry run: seed 001's arm64 targets, suites without their GPUs)."""
-        result = self._pytest(python, rootdir, [*args, "--collect-only"], timeout_s, log)
+        result = self._pytest(python, rootdir, [*args, "--collect-only"], timeout_s, log, env, passed)
         usable(result.returncode, result.tail(), None, collect_only=True)
         return result
 
     def _pytest(
-        self, python: Path, rootdir: Path, args: list[str | Path], timeout_s: float, log: Path
+        self,
+        python: Path,
+        rootdir: Path,
+        args: list[str | Path],
+        timeout_s: float,
+        log: Path,
+        env: Mapping[str, str] | None = None,
+        passed: Sequence[str] = (),
     ) -> CommandResult:
         return run_command(
             [python, "-m", "pytest", *args, "-q", "-p", "no:cacheprovider", "--rootdir", rootdir],
             cwd=rootdir,
+            env=env,
             timeout_s=timeout_s,
             log_path=log,
             check=False,
             scratch_home=True,
+            passed=passed,
         )
 
-    def visible_gpus(self) -> int:
-        """GPUs nvidia-smi lists on this machine (0 where there is no driver)."""
-        if shutil.which("nvidia-smi") is None:
-            return 0
-        try:
-            out = run_command(["nvidia-smi", "-L"], timeout_s=30).output
-        except CommandError:
-            return 0
-        return sum(1 for line in out.splitlines() if line.startswith("GPU "))
+    def host_gpus(self) -> HostGpus:
+        """The GPUs this machine shows (nvidia-smi, amd-smi or rocm-smi), within the orchestrator's
+        own CUDA/HIP/ROCR_VISIBLE_DEVICES; none where there is no driver."""
+        return probe_gpus()
+
+    def leases(self) -> GpuLeases:
+        """Who holds which of this machine's GPUs: one lock file per device, across runs and steps."""
+        return GpuLeases(Path(self.lease_dir) if self.lease_dir else nightly_home() / "gpu-leases")
 
 
 def usable(returncode: int, tail: str, junit: Path | None, *, collect_only: bool = False) -> None:
