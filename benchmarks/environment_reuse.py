@@ -79,7 +79,16 @@ def main() -> dict[str, float]:
         stack_dir = root / "stack"
         run_command([sys.executable, "-m", "venv", "--without-pip", stack_dir])
         stack_python = stack_dir / "bin" / "python"
-        install = [sys.executable, "-m", "pip", "--python", stack_python, "install", "--no-index", "--quiet"]
+        install: list[str | Path] = [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            stack_python,
+            "install",
+            "--no-index",
+            "--quiet",
+        ]
         run_command([*install, *framework], timeout_s=900)
         stack = describe_stack(stack_python, "benchmark")
         fresh, reused = [], []
