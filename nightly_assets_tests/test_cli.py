@@ -102,7 +102,8 @@ def test_an_interrupted_night_ends_cancelled_with_no_error_alert_and_no_process_
 
 
 def test_status_reads_a_bounded_number_of_queries_however_many_nights(dagster_home, capsys):
-    """Four SELECTs (nights, stages, suites, checks) for 40 nights x 2 targets, not some per night."""
+    """Five SELECTs (nights, stages, suites, checks, devices) for 40 nights x 2 targets, not some per
+    night."""
     from sqlalchemy import event
     from sqlalchemy.engine import Engine
 
@@ -131,7 +132,7 @@ def test_status_reads_a_bounded_number_of_queries_however_many_nights(dagster_ho
     finally:
         event.remove(Engine, "before_cursor_execute", count)
     rows = json.loads(capsys.readouterr().out)
-    assert len(rows) == 80 and len(selects) == 4, selects
+    assert len(rows) == 80 and len(selects) == 5, selects
     assert (rows[0]["night"], rows[0]["target"], rows[1]["target"]) == ("2026-12-12", "cpu", "gpu")
     assert rows[0]["tests"]["tests_unit"]["failed"] == 1 and rows[0]["stages"]["tests_unit"] == "success"
     assert rows[0]["failed_checks"] == [
