@@ -13,6 +13,8 @@ from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from nightly_assets.devices.facts import DeviceFacts
+
 
 class Manifest(BaseModel):
     """The part of a stage's manifest other stages read; anything else in it is kept as it is."""
@@ -77,6 +79,9 @@ class BenchmarkValue(Manifest):
 
 class BenchmarksManifest(Manifest):
     benchmarks: dict[str, BenchmarkValue]
+    # What the benchmarks ran on: their baseline's configuration. None in manifests from before
+    # it was recorded (and where the stage records none): the empty configuration.
+    devices: DeviceFacts | None = None
 
 
 class BuildRootManifest(Manifest):
