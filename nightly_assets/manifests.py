@@ -84,6 +84,13 @@ class BenchmarksManifest(Manifest):
     devices: DeviceFacts | None = None
 
 
+class PerfBaselineManifest(Manifest):
+    """What the night summary reads of perf_baseline's: the benchmarks whose device configuration
+    changed tonight, by what changed (they start a new baseline)."""
+
+    new_baseline: dict[str, list[str]] = Field(default_factory=dict)
+
+
 class BuildRootManifest(Manifest):
     """The batch sanity job's ephemeral build root, which the deploy stage releases."""
 

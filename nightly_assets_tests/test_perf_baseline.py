@@ -17,8 +17,10 @@ import dagster as dg
 import pytest
 
 from nightly_assets.catalog.loader import load_catalog
+from nightly_assets.catalog.models import Pipeline
 from nightly_assets.devices.facts import DeviceFacts
 from nightly_assets.partitions import partition_key, pipeline_partitions
+from nightly_assets.reporting.summary import night_summary
 from nightly_assets.resources import resources_for
 from nightly_assets.results import BenchmarkResult, NightKey
 from nightly_assets.stage_kinds.perf_baseline import build_perf_baseline_asset
@@ -52,8 +54,16 @@ stages:
     deps: [sources]
     description: The GPU tests.
     suite: {{markers: gpu, timeout_minutes: 10, runner: local, min_gpus: 1}}
+  - name: tests_cpu
+    kind: test_suite
+    deps: [sources]
+    description: The tests that need no GPU.
+    suite: {{markers: not gpu, timeout_minutes: 10, runner: local}}
   - {{name: perf_baseline, kind: perf_baseline, deps: [benchmarks], description: The level.}}
-  - {{name: night_summary, kind: night_summary, deps: [perf_baseline, tests_gpu], description: Summary.}}
+  - name: night_summary
+    kind: night_summary
+    deps: [perf_baseline, tests_gpu, tests_cpu]
+    description: Summary.
 """
 STEP = "train_step_ms"  # lower is better
 RESERVED = "reserved_mib"  # the caching allocator's reserve: lower is better
@@ -72,6 +82,7 @@ class Nights:
     artefacts: Any
     resources: dict[str, Any]
     instance: dg.DagsterInstance
+    pipeline: Pipeline
     perf_baseline: dg.AssetsDefinition
 
     def key(self, day: int) -> NightKey:
@@ -136,9 +147,8 @@ def nights(nightly_home: Path, tmp_path: Path) -> Iterator[Nights]:
         dg.build_resources({k: definitions[k] for k in ("artefacts", "warehouse")}) as built,
     ):
         resources = {k: definitions[k] for k in ("artefacts", "warehouse", "git")}
-        yield Nights(
-            built.warehouse.store(), built.artefacts, resources, instance, build_perf_baseline_asset(spec)
-        )
+        perf_baseline = build_perf_baseline_asset(spec)
+        yield Nights(built.warehouse.store(), built.artefacts, resources, instance, pipeline, perf_baseline)
 
 
 @pytest.mark.parametrize(
@@ -230,3 +240,34 @@ def test_a_card_swapped_back_resumes_its_own_series(nights: Nights) -> None:
     assert materialization.metadata["devices"].value == H100.describe()
     assert nights.store.regressions("gpubench") == []
     assert json.dumps(manifest).count("new baseline") == 0
+
+
+def test_the_night_summary_names_each_configuration_with_its_stages_and_the_new_baseline(
+    nights: Nights,
+) -> None:
+    nights.seed(range(1, 11), H100, step_ms=10.0, reserved_mib=40_000)
+    tonight = nights.key(11)
+    cpu_only = DeviceFacts(frameworks={"torch": "2.11.0+cu130"})
+    nights.store.record_device_facts(tonight, "tests_gpu", "local", H200)
+    nights.store.record_device_facts(tonight, "tests_cpu", "local", cpu_only)
+    nights.run(11, H200, step_ms=13.0, reserved_mib=52_000)
+    markdown = night_summary(nights.pipeline, tonight, nights.store, nights.artefacts).markdown()
+    devices = markdown.split("### Devices\n\n")[1].split("\n\n")[0].splitlines()
+    assert devices == [
+        "- benchmarks, tests_gpu: 1x NVIDIA H200 (143771 MiB), driver 580.159.03, CUDA 13.0; "
+        "torch 2.11.0+cu130",
+        "- tests_cpu: no GPU; torch 2.11.0+cu130",
+        "- perf_baseline: new baseline for reserved_mib, train_step_ms (GPU 1x NVIDIA H100 80GB HBM3 -> "
+        "1x NVIDIA H200; driver 580.159.04 -> 580.159.03)",
+    ]
+
+    # The next night on the same card: its devices, and no new baseline.
+    nights.store.record_device_facts(nights.key(12), "tests_gpu", "local", H200)
+    nights.run(12, H200, step_ms=13.1, reserved_mib=52_100)
+    markdown = night_summary(nights.pipeline, nights.key(12), nights.store, nights.artefacts).markdown()
+    assert "new baseline" not in markdown
+    assert "- benchmarks, tests_gpu: 1x NVIDIA H200 (143771 MiB)" in markdown
+    # A night whose stages recorded no devices (before they were) has no such section.
+    nights.seed(range(13, 14), None, step_ms=13.0, reserved_mib=52_000)
+    summary = night_summary(nights.pipeline, nights.key(13), nights.store, nights.artefacts)
+    assert "### Devices" not in summary.markdown()
