@@ -18,6 +18,7 @@ from nightly_assets_tests.cli_nights import (
     start_night_with_a_slow_benchmark,
     wait_for_the_benchmark,
 )
+from nightly_assets_tests.device_configs import H200
 from nightly_assets_tests.peers.process import free_port
 
 
@@ -119,6 +120,8 @@ def test_status_reads_a_bounded_number_of_queries_however_many_nights(dagster_ho
             store.record_test_report(key, TestReport("tests_unit", cases))
             check = CheckOutcome("tests_unit", "tests_passed", "ERROR", day != 39, "1 failed: t::b")
             store.record_checks(key, "tests_unit", [check], run_id="r")
+            if target == "gpu":
+                store.record_device_facts(key, "tests_unit", "local", H200)
     store.dispose()
     selects: list[str] = []
 
@@ -139,6 +142,10 @@ def test_status_reads_a_bounded_number_of_queries_however_many_nights(dagster_ho
         {"stage": "tests_unit", "check": "tests_passed", "severity": "ERROR", "description": "1 failed: t::b"}
     ]
     assert rows[2]["failed_checks"] == [] and rows[2]["stages"]["sources"] == "skipped"
+    assert rows[0]["devices"] == {} and rows[1]["devices"] == {
+        "tests_unit": {**H200.model_dump(), "config_key": H200.key()}
+    }
+    assert rows[1]["devices"]["tests_unit"]["model"] == "NVIDIA H200"
 
 
 @pytest.mark.mysql
