@@ -27,7 +27,7 @@ class SummaryRow:
     stage: str
     status: str
     runner: str
-    duration_min: float | None
+    duration_min: float | None  # None: the stage has no row this night (it did not start)
     link: str  # the stage's folder of logs and reports
     artefact: str  # what it made: a file's URL, an image reference...
     detail: str
@@ -87,7 +87,9 @@ def night_summary(
         status,
         verdicts,
         devices=device_lines(pipeline, store.device_facts(key)),
-        new_baselines=new_baseline_notes(pipeline, key, artefacts),
+        new_baselines=new_baseline_notes(
+            pipeline, key, artefacts, ran={r.stage for r in rows if r.duration_min is not None}
+        ),
     )
 
 
@@ -102,11 +104,16 @@ def device_lines(pipeline: Pipeline, facts: dict[str, DeviceFacts]) -> list[tupl
     return list(configurations.values())
 
 
-def new_baseline_notes(pipeline: Pipeline, key: NightKey, artefacts: ArtefactStoreResource) -> list[str]:
+def new_baseline_notes(
+    pipeline: Pipeline, key: NightKey, artefacts: ArtefactStoreResource, *, ran: set[str]
+) -> list[str]:
     """Each perf_baseline stage's benchmarks that start a new baseline tonight, with what changed
-    (from its manifest: a stage that did not end tonight has none)."""
+    (from its manifest: a stage that did not end tonight has none). `ran`: the stages this run of
+    the night recorded (a manifest of a stage that did not is an earlier run's)."""
     notes = []
     for stage in pipeline.stages_of("perf_baseline"):
+        if stage.name not in ran:
+            continue
         try:
             manifest = artefacts.manifest(key, stage.name, PerfBaselineManifest)
         except MissingArtefactError:
