@@ -333,6 +333,10 @@ def _status_rows(store: Any, pipelines: list[Pipeline]) -> list[dict[str, Any]]:
                 for c in o.checks
                 if not c.passed
             ],
+            # What each stage that recorded it ran on, with the configuration key of its baselines.
+            "devices": {
+                stage: {**facts.model_dump(), "config_key": facts.key()} for stage, facts in o.devices.items()
+            },
         }
         for o in store.night_overviews([p.name for p in pipelines])
     ]

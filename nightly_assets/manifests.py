@@ -13,6 +13,8 @@ from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from nightly_assets.devices.facts import DeviceFacts
+
 
 class Manifest(BaseModel):
     """The part of a stage's manifest other stages read; anything else in it is kept as it is."""
@@ -78,6 +80,16 @@ class BenchmarkValue(Manifest):
 
 class BenchmarksManifest(Manifest):
     benchmarks: dict[str, BenchmarkValue]
+    # What the benchmarks ran on: their baseline's configuration. None in manifests from before
+    # it was recorded (and where the stage records none): the empty configuration.
+    devices: DeviceFacts | None = None
+
+
+class PerfBaselineManifest(Manifest):
+    """What the night summary reads of perf_baseline's: the benchmarks whose device configuration
+    changed tonight, by what changed (they start a new baseline)."""
+
+    new_baseline: dict[str, list[str]] = Field(default_factory=dict)
 
 
 class BuildRootManifest(Manifest):

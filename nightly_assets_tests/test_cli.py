@@ -18,6 +18,7 @@ from nightly_assets_tests.cli_nights import (
     start_night_with_a_slow_benchmark,
     wait_for_the_benchmark,
 )
+from nightly_assets_tests.device_configs import H200
 from nightly_assets_tests.peers.process import free_port
 
 
@@ -102,7 +103,8 @@ def test_an_interrupted_night_ends_cancelled_with_no_error_alert_and_no_process_
 
 
 def test_status_reads_a_bounded_number_of_queries_however_many_nights(dagster_home, capsys):
-    """Four SELECTs (nights, stages, suites, checks) for 40 nights x 2 targets, not some per night."""
+    """Five SELECTs (nights, stages, suites, checks, devices) for 40 nights x 2 targets, not some per
+    night."""
     from sqlalchemy import event
     from sqlalchemy.engine import Engine
 
@@ -118,6 +120,8 @@ def test_status_reads_a_bounded_number_of_queries_however_many_nights(dagster_ho
             store.record_test_report(key, TestReport("tests_unit", cases))
             check = CheckOutcome("tests_unit", "tests_passed", "ERROR", day != 39, "1 failed: t::b")
             store.record_checks(key, "tests_unit", [check], run_id="r")
+            if target == "gpu":
+                store.record_device_facts(key, "tests_unit", "local", H200)
     store.dispose()
     selects: list[str] = []
 
@@ -131,13 +135,17 @@ def test_status_reads_a_bounded_number_of_queries_however_many_nights(dagster_ho
     finally:
         event.remove(Engine, "before_cursor_execute", count)
     rows = json.loads(capsys.readouterr().out)
-    assert len(rows) == 80 and len(selects) == 4, selects
+    assert len(rows) == 80 and len(selects) == 5, selects
     assert (rows[0]["night"], rows[0]["target"], rows[1]["target"]) == ("2026-12-12", "cpu", "gpu")
     assert rows[0]["tests"]["tests_unit"]["failed"] == 1 and rows[0]["stages"]["tests_unit"] == "success"
     assert rows[0]["failed_checks"] == [
         {"stage": "tests_unit", "check": "tests_passed", "severity": "ERROR", "description": "1 failed: t::b"}
     ]
     assert rows[2]["failed_checks"] == [] and rows[2]["stages"]["sources"] == "skipped"
+    assert rows[0]["devices"] == {} and rows[1]["devices"] == {
+        "tests_unit": {**H200.model_dump(), "config_key": H200.key()}
+    }
+    assert rows[1]["devices"]["tests_unit"]["model"] == "NVIDIA H200"
 
 
 @pytest.mark.mysql

@@ -10,7 +10,9 @@ from typing import cast
 
 import dagster as dg
 import pytest
+from sqlalchemy import text
 
+from nightly_assets.devices.facts import DeviceFacts
 from nightly_assets.results import OUTCOMES, BenchmarkResult, NightKey, Outcome, TestCase, TestReport
 from nightly_assets.warehouse import (
     MachineCost,
@@ -19,8 +21,9 @@ from nightly_assets.warehouse import (
     WarehouseResource,
     default_warehouse_url,
 )
-from nightly_assets.warehouse.rows import Regression
+from nightly_assets.warehouse.rows import BenchmarkNight, Regression
 from nightly_assets.warehouse.tables import node_key
+from nightly_assets_tests.device_configs import H100, H100_DRIVER_UPGRADE, H200
 
 NIGHT = dt.date(2024, 5, 10)
 KEY = NightKey("tpu-nightly", NIGHT, "linux-x86_64")
@@ -73,6 +76,7 @@ def test_report_recorded_twice_replaces_rows(warehouse: Warehouse) -> None:
         "costs": 0,
         "checks": 0,
         "leases": 0,
+        "device_facts": 0,
     }
     assert warehouse.row_counts(KEY) == first
 
@@ -174,6 +178,96 @@ def test_benchmark_series_oldest_first_with_each_nights_pins_before_is_exclusive
         warehouse.benchmark_series(KEY.pipeline, KEY.target, "step", before=dt.date(2024, 5, 1), limit=3)
         == []
     )
+
+
+def test_device_facts_are_replaced_per_stage_and_read_back_as_recorded(warehouse: Warehouse) -> None:
+    mig = DeviceFacts(
+        vendor="nvidia",
+        model="NVIDIA H200 MIG 1g.18gb",
+        count=2,
+        memory_mib=16384,
+        driver="580.159.03",
+        runtime="CUDA 13.0",
+        devices=["MIG-0c1d", "MIG-7e2a"],
+        mig=True,
+        frameworks={"torch": "2.11.0+cu130", "jax": "0.8.1"},
+    )
+    warehouse.record_device_facts(KEY, "benchmarks", "gpu-node-1", H100)
+    warehouse.record_device_facts(KEY, "tests_gpu", "gpu-node-2", H100)
+    warehouse.record_device_facts(KEY, "benchmarks", "gpu-node-3", H200)  # a re-run on another card
+    warehouse.record_device_facts(OTHER_TARGET, "tests_gpu", "gpu-node-4", mig)
+    warehouse.record_device_facts(OTHER_TARGET, "lint", "cpu-1", DeviceFacts(frameworks={"ruff": "0.9"}))
+
+    assert warehouse.device_facts(KEY) == {"benchmarks": H200, "tests_gpu": H100}
+    assert warehouse.row_counts(KEY)["device_facts"] == 2
+    assert warehouse.device_facts(OTHER_TARGET)["tests_gpu"] == mig  # the MIG flag and ids round-trip
+    assert warehouse.device_facts(_at(KEY, NIGHT - dt.timedelta(days=1))) == {}
+    assert warehouse.device_configuration(H200.key()) == H200
+    assert warehouse.device_configuration(mig.key()) == mig
+    assert warehouse.device_configuration(H100_DRIVER_UPGRADE.key()) is None
+    # Plain columns: SQL can ask which nights ran on which GPU and driver.
+    with warehouse._engine.connect() as connection:
+        rows = connection.execute(
+            text(
+                "SELECT stage, runner, vendor, model, count, memory_mib, driver, runtime, config_key "
+                "FROM device_facts WHERE target = :target ORDER BY stage"
+            ),
+            {"target": KEY.target},
+        ).all()
+    assert [tuple(r) for r in rows] == [
+        (
+            "benchmarks",
+            "gpu-node-3",
+            "nvidia",
+            "NVIDIA H200",
+            1,
+            143771,
+            "580.159.03",
+            "CUDA 13.0",
+            H200.key(),
+        ),
+        (
+            "tests_gpu",
+            "gpu-node-2",
+            "nvidia",
+            "NVIDIA H100 80GB HBM3",
+            1,
+            81559,
+            "580.159.04",
+            "CUDA 13.0",
+            H100.key(),
+        ),
+    ]
+
+
+def test_benchmarks_keep_the_configuration_they_ran_on(warehouse: Warehouse) -> None:
+    configs = {1: None, 2: None, 3: H100, 4: H200, 5: H100, 6: H100_DRIVER_UPGRADE, 7: H100}
+    for day, devices in configs.items():
+        key = _at(KEY, dt.date(2024, 5, day))
+        warehouse.record_night(key, run_id="r", status="success", pins={"app": f"a{day}"})
+        warehouse.record_benchmarks(key, [BenchmarkResult("step", float(day))], devices=devices)
+    warehouse.record_benchmarks(KEY, [BenchmarkResult("step", 10.0)], devices=H200)
+    warehouse.record_benchmarks(KEY, [BenchmarkResult("step", 10.0)])  # a re-run without devices
+    before = dt.date(2024, 5, 8)
+
+    nights = warehouse.benchmark_nights(KEY.pipeline, KEY.target, "step", before=before, limit=3)
+    assert nights == [
+        BenchmarkNight(dt.date(2024, 5, 5), 5.0, {"app": "a5"}, H100.key()),
+        BenchmarkNight(dt.date(2024, 5, 6), 6.0, {"app": "a6"}, H100_DRIVER_UPGRADE.key()),
+        BenchmarkNight(dt.date(2024, 5, 7), 7.0, {"app": "a7"}, H100.key()),
+    ]
+    # One configuration's nights, however many nights of others came between (the limit is its own).
+    h100 = warehouse.benchmark_series(
+        KEY.pipeline, KEY.target, "step", before=before, limit=3, config_key=H100.key()
+    )
+    assert [(n.day, v) for n, v, _ in h100] == [(3, 3.0), (5, 5.0), (7, 7.0)]
+    unrecorded = warehouse.benchmark_series(
+        KEY.pipeline, KEY.target, "step", before=dt.date(2024, 5, 11), limit=5, config_key=""
+    )
+    assert [(n.day, v) for n, v, _ in unrecorded] == [(1, 1.0), (2, 2.0), (10, 10.0)]
+    assert warehouse.benchmark_series(
+        KEY.pipeline, KEY.target, "step", before=before, limit=5, config_key=H200.key()
+    ) == [(dt.date(2024, 5, 4), 4.0, {"app": "a4"})]
 
 
 def test_regressions_of_a_night_are_replaced_and_read_back_newest_first(warehouse: Warehouse) -> None:
@@ -386,7 +480,7 @@ def test_pass_rates_per_test_over_the_last_nights(nights: Warehouse) -> None:
     assert nights.pass_rates("missing", KEY.target, nights=3) == []
 
 
-def test_night_overviews_are_four_queries_however_many_nights(warehouse: Warehouse) -> None:
+def test_night_overviews_are_five_queries_however_many_nights(warehouse: Warehouse) -> None:
     from sqlalchemy import event
 
     for day in range(1, 11):
@@ -394,12 +488,13 @@ def test_night_overviews_are_four_queries_however_many_nights(warehouse: Warehou
         warehouse.record_night(key, run_id=f"r{day}", status="success", pins={"jax": str(day)})
         warehouse.record_stage(key, "build", status="success", runner="r", duration_s=1, run_id="r")
         warehouse.record_test_report(key, _report(fail=day == 10))
+        warehouse.record_device_facts(key, "build", "r", H200 if day == 10 else H100)
     warehouse.record_night(OTHER_TARGET, run_id="o", status="running", pins={})
     statements: list[str] = []
     engine = warehouse._engine
     event.listen(engine, "before_cursor_execute", lambda *args: statements.append(args[2]))
     overviews = warehouse.night_overviews([KEY.pipeline, "nothing-yet"])
-    assert len(statements) == 4
+    assert len(statements) == 5
     assert [(o.night.night.day, o.night.target) for o in overviews][:3] == [
         (10, OTHER_TARGET.target),
         (10, KEY.target),
@@ -409,13 +504,15 @@ def test_night_overviews_are_four_queries_however_many_nights(warehouse: Warehou
     assert newest.stages == {"build": "success"} and newest.night.pins == {"jax": "10"}
     assert newest.suites == {"unit": warehouse.suite_counts(_at(KEY, dt.date(2024, 5, 10)))["unit"]}
     assert newest.suites["unit"]["failed"] == 1 and overviews[0].suites == {}
+    assert newest.devices == {"build": H200} and overviews[2].devices == {"build": H100}
+    assert overviews[0].devices == {}
 
 
 def test_an_existing_warehouse_gets_the_test_key_and_its_indexes(warehouse_url: str) -> None:
     """A warehouse made before the test identity indexes: the store adds the column, fills it in
     for the rows already there (as node_key() computes it, unicode included) and creates the
     indexes; a second start changes nothing."""
-    from sqlalchemy import create_engine, inspect, text
+    from sqlalchemy import create_engine, inspect
 
     engine = create_engine(warehouse_url)
     store = Warehouse(warehouse_url)
@@ -439,6 +536,45 @@ def test_an_existing_warehouse_gets_the_test_key_and_its_indexes(warehouse_url: 
         assert {"ix_test_cases_key", "ix_test_cases_test", "ix_test_cases_outcome"} <= indexes
         assert keys == {"test_ü[🐍]": node_key("tests.тест::test_ü[🐍]"), "bare": node_key("bare")}
         assert [r.test_id for r in store.newly_failing(KEY)] == ["tests.тест::test_ü[🐍]"]
+        store.dispose()
+    engine.dispose()
+
+
+def test_an_existing_warehouse_gets_the_device_configuration_columns_and_table(warehouse_url: str) -> None:
+    """A warehouse made before device facts: the store adds `benchmarks.config_key` ("" for the
+    rows already there: the empty configuration), its index and the `device_facts` table; the
+    old rows stay one series; a second start changes nothing."""
+    from sqlalchemy import create_engine, inspect
+
+    engine = create_engine(warehouse_url)
+    store = Warehouse(warehouse_url)
+    for day in (8, 9):
+        store.record_benchmarks(_at(KEY, dt.date(2024, 5, day)), [BenchmarkResult("step", float(day))])
+    store.dispose()
+    with engine.begin() as connection:  # back to the old schema
+        on = "" if engine.dialect.name == "sqlite" else " ON benchmarks"
+        connection.execute(text(f"DROP INDEX ix_benchmarks_series{on}"))
+        connection.execute(text("ALTER TABLE benchmarks DROP COLUMN config_key"))
+        connection.execute(text("DROP TABLE device_facts"))
+    with engine.connect() as connection:
+        assert "config_key" not in {c["name"] for c in inspect(connection).get_columns("benchmarks")}
+
+    for start in range(2):
+        store = Warehouse(warehouse_url)
+        with engine.connect() as connection:
+            inspector = inspect(connection)
+            assert "ix_benchmarks_series" in {i["name"] for i in inspector.get_indexes("benchmarks")}
+            assert "device_facts" in inspector.get_table_names()
+            old = connection.execute(text("SELECT night, config_key FROM benchmarks ORDER BY night")).all()
+        assert [c for _, c in old] == (["", ""] if start == 0 else ["", "", H200.key()])
+        if start == 0:  # tonight on a recorded configuration, beside the old rows
+            store.record_benchmarks(KEY, [BenchmarkResult("step", 10.0)], devices=H200)
+            store.record_device_facts(KEY, "benchmarks", "gpu-node-1", H200)
+        nights = store.benchmark_nights(
+            KEY.pipeline, KEY.target, "step", before=dt.date(2024, 5, 11), limit=5
+        )
+        assert [(n.night.day, n.config_key) for n in nights] == [(8, ""), (9, ""), (10, H200.key())]
+        assert store.device_facts(KEY) == {"benchmarks": H200}
         store.dispose()
     engine.dispose()
 

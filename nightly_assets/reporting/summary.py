@@ -1,13 +1,16 @@
 """Seed 001's results summary: one row per stage with status, runner, duration and links, then the
-suites, the failing tests by name, the failed checks and the machine cost."""
+devices the stages ran on (and the benchmarks that start a new baseline on them), the suites, the
+failing tests by name, the failed checks and the machine cost."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from nightly_assets.artefacts.resources import ArtefactStoreResource
+from nightly_assets.artefacts.resources import ArtefactStoreResource, MissingArtefactError
 from nightly_assets.catalog.models import Pipeline
+from nightly_assets.devices.facts import DeviceFacts
+from nightly_assets.manifests import PerfBaselineManifest
 from nightly_assets.results import CheckOutcome, NightKey, TestCase
 from nightly_assets.warehouse.rows import MachineCost, TestVerdict
 from nightly_assets.warehouse.store import Warehouse
@@ -24,7 +27,7 @@ class SummaryRow:
     stage: str
     status: str
     runner: str
-    duration_min: float | None
+    duration_min: float | None  # None: the stage has no row this night (it did not start)
     link: str  # the stage's folder of logs and reports
     artefact: str  # what it made: a file's URL, an image reference...
     detail: str
@@ -40,6 +43,9 @@ class NightSummary:
     costs: Sequence[MachineCost]
     status: str
     verdicts: Sequence[TestVerdict] = ()  # the test health stage's flaky, broken and too-new tests
+    # One per device configuration of the night: the stages that ran on it, and what it is.
+    devices: Sequence[tuple[list[str], str]] = ()
+    new_baselines: Sequence[str] = ()  # "perf_baseline: new baseline for a, b (what changed)"
 
     @property
     def failed_tests(self) -> int:
@@ -71,7 +77,52 @@ def night_summary(
     judged_checks = [c for c in checks if judged is None or c.stage in judged]
     status = night_status(judged_rows, _failed_tests(suites), judged_checks)
     verdicts = store.verdicts(key)
-    return NightSummary(key, rows, suites, failures, checks, store.costs(key), status, verdicts)
+    return NightSummary(
+        key,
+        rows,
+        suites,
+        failures,
+        checks,
+        store.costs(key),
+        status,
+        verdicts,
+        devices=device_lines(pipeline, store.device_facts(key)),
+        new_baselines=new_baseline_notes(
+            pipeline, key, artefacts, ran={r.stage for r in rows if r.duration_min is not None}
+        ),
+    )
+
+
+def device_lines(pipeline: Pipeline, facts: dict[str, DeviceFacts]) -> list[tuple[list[str], str]]:
+    """The night's device configurations, in the order of the first stage that ran on each: the
+    stages (in catalog order; stages the catalog no longer has last) and the configuration."""
+    order = {stage.name: i for i, stage in enumerate(pipeline.stages)}
+    configurations: dict[str, tuple[list[str], str]] = {}
+    for stage in sorted(facts, key=lambda name: (order.get(name, len(order)), name)):
+        stages, _ = configurations.setdefault(facts[stage].key(), ([], facts[stage].describe()))
+        stages.append(stage)
+    return list(configurations.values())
+
+
+def new_baseline_notes(
+    pipeline: Pipeline, key: NightKey, artefacts: ArtefactStoreResource, *, ran: set[str]
+) -> list[str]:
+    """Each perf_baseline stage's benchmarks that start a new baseline tonight, with what changed
+    (from its manifest: a stage that did not end tonight has none). `ran`: the stages this run of
+    the night recorded (a manifest of a stage that did not is an earlier run's)."""
+    notes = []
+    for stage in pipeline.stages_of("perf_baseline"):
+        if stage.name not in ran:
+            continue
+        try:
+            manifest = artefacts.manifest(key, stage.name, PerfBaselineManifest)
+        except MissingArtefactError:
+            continue
+        notes += [
+            f"{stage.name}: new baseline for {', '.join(names)} ({change})"
+            for change, names in manifest.new_baseline.items()
+        ]
+    return notes
 
 
 def _failed_tests(suites: dict[str, dict[str, int]]) -> int:
@@ -138,6 +189,10 @@ def summary_markdown(summary: NightSummary) -> str:
         lines.append(
             f"| {r.stage} | {r.status} | {r.runner} | {duration} | {artefacts} | {_cell(r.detail)} |"
         )
+    if summary.devices or summary.new_baselines:
+        lines += ["", "### Devices", ""]
+        lines += [f"- {', '.join(stages)}: {configuration}" for stages, configuration in summary.devices]
+        lines += [f"- {note}" for note in summary.new_baselines]
     if summary.suites:
         lines += [
             "",

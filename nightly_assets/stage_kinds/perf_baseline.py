@@ -1,5 +1,13 @@
 """The perf_baseline stage: each benchmark's nightly series through the change-point detector, tonight
-included; a change for the worse confirmed tonight is a regression, recorded with its suspect commits."""
+included; a change for the worse confirmed tonight is a regression, recorded with its suspect commits.
+
+A baseline belongs to one device configuration (``DeviceFacts.key()``: GPU model and count, driver,
+runtime, framework builds), tonight's being the one the benchmarks manifest names (none in older
+manifests: the empty configuration). The detector replays only that configuration's nights, so
+another card, driver or torch build is never taken for a regression. A benchmark whose newest
+earlier night ran on another configuration, and which has no night on tonight's, starts a new
+baseline tonight, saying what changed; a configuration that comes back (a card swapped back)
+resumes its own series."""
 
 from collections.abc import Iterator
 from typing import Any
@@ -8,6 +16,7 @@ import dagster as dg
 
 from nightly_assets.artefacts.resources import ArtefactStoreResource
 from nightly_assets.benchmarks import changepoint, checks
+from nightly_assets.devices.facts import DeviceFacts
 from nightly_assets.manifests import BenchmarksManifest, BenchmarkValue
 from nightly_assets.results import NightKey
 from nightly_assets.sources.resources import GitSourcesResource
@@ -15,8 +24,11 @@ from nightly_assets.stage_kinds.spec import ORCHESTRATOR, NoParams, StageKind
 from nightly_assets.stages import StageSpec, recorded_stage, stage_events
 from nightly_assets.warehouse.resources import WarehouseResource
 from nightly_assets.warehouse.rows import Regression
+from nightly_assets.warehouse.store import Warehouse
 
 HISTORY_NIGHTS = 180  # nights replayed: enough for the regime a benchmark is in now
+NEW_BASELINE = "new baseline"  # the state of a benchmark whose device configuration changed tonight
+_UNRECORDED = "devices not recorded"  # older manifests and rows, and benchmarks recorded without devices
 SUSPECTS_LISTED = 10  # commits named per repository
 
 
@@ -37,7 +49,9 @@ def build_perf_baseline_asset(spec: StageSpec) -> dg.AssetsDefinition:
     ) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
         """Each benchmark's level over the nights, and the regressions confirmed tonight."""
         with recorded_stage(context, spec, artefacts, warehouse) as run:
-            tonight = artefacts.manifest(run.key, str(bench_stage), BenchmarksManifest).benchmarks
+            benchmarks = artefacts.manifest(run.key, str(bench_stage), BenchmarksManifest)
+            tonight, devices = benchmarks.benchmarks, benchmarks.devices
+            config_key = devices.key() if devices is not None else ""
             store = warehouse.store()
             night = store.night(run.key)
             pins = night.pins if night else {}
@@ -48,10 +62,21 @@ def build_perf_baseline_asset(spec: StageSpec) -> dg.AssetsDefinition:
                 for r in store.regressions(run.key.pipeline, target=run.key.target)
                 if r.night != run.key.night and r.worse
             }
+            new_baselines: dict[str, list[str]] = {}  # what changed -> the benchmarks it restarts
             for name, result in tonight.items():
                 history = store.benchmark_series(
-                    run.key.pipeline, run.key.target, name, before=run.key.night, limit=HISTORY_NIGHTS
+                    run.key.pipeline,
+                    run.key.target,
+                    name,
+                    before=run.key.night,
+                    limit=HISTORY_NIGHTS,
+                    config_key=config_key,
                 )
+                change = None if history else _configuration_change(store, run.key, name, devices)
+                if change is not None:
+                    comparison[name] = _new_baseline(result, change)
+                    new_baselines.setdefault(change, []).append(name)
+                    continue
                 series = [changepoint.Point.of(n, v, p) for n, v, p in history]
                 series.append(changepoint.Point.of(run.key.night, result.value, pins))
                 verdict = changepoint.assess(
@@ -78,7 +103,9 @@ def build_perf_baseline_asset(spec: StageSpec) -> dg.AssetsDefinition:
                 comparison[name] = row
             store.record_regressions(run.key, regressions)
             run.manifest["comparison"] = comparison
-            run.detail = ", ".join(_detail(n, c) for n, c in comparison.items())
+            run.manifest["devices"] = {"config_key": config_key, "describe": _describe(devices)}
+            run.manifest["new_baseline"] = new_baselines
+            run.detail = _night_detail(comparison, new_baselines)
             run.checks.append(checks.no_new_regression(spec.key, comparison))
         table = (
             "| benchmark | tonight | baseline | nights | ratio | state |\n|---|---|---|---|---|---|\n"
@@ -88,7 +115,12 @@ def build_perf_baseline_asset(spec: StageSpec) -> dg.AssetsDefinition:
                 for n, c in comparison.items()
             )
         )
-        yield from stage_events(run, {"comparison": dg.MetadataValue.md(table)})
+        metadata = {
+            "comparison": dg.MetadataValue.md(table),
+            "devices": dg.MetadataValue.text(_describe(devices)),
+            "config_key": dg.MetadataValue.text(config_key),
+        }
+        yield from stage_events(run, metadata)
 
     return _perf_baseline
 
@@ -105,6 +137,42 @@ def _comparison(result: BenchmarkValue, verdict: changepoint.Assessment) -> dict
         "ratio": round(result.value / baseline, 4) if baseline else None,
         "regression": None,
     }
+
+
+def _configuration_change(
+    store: Warehouse, key: NightKey, name: str, devices: DeviceFacts | None
+) -> str | None:
+    """What changed since the benchmark's newest earlier night, which ran on another configuration
+    than tonight's (tonight has no earlier night on its own); None when there is no earlier night."""
+    earlier = store.benchmark_nights(key.pipeline, key.target, name, before=key.night, limit=1)
+    if not earlier:
+        return None
+    before_key = earlier[-1].config_key
+    before = store.device_configuration(before_key) if before_key else None
+    if before is not None and devices is not None:
+        return "; ".join(devices.changes_from(before)) or f"configuration {before_key} -> {devices.key()}"
+    # One side recorded no devices (a night from before they were recorded), or its facts are gone.
+    was = before.describe() if before else f"configuration {before_key}" if before_key else _UNRECORDED
+    return f"{was} -> {devices.describe() if devices else _UNRECORDED}"
+
+
+def _new_baseline(result: BenchmarkValue, change: str) -> dict[str, Any]:
+    """Tonight's row of a benchmark whose configuration changed: the first night of a new
+    baseline, compared with nothing (no regression is possible)."""
+    return {
+        "value": result.value,
+        "unit": result.unit,
+        "lower_is_better": result.lower_is_better,
+        "state": f"{NEW_BASELINE}: {change}",
+        "baseline": None,
+        "nights": 0,
+        "ratio": None,
+        "regression": None,
+    }
+
+
+def _describe(devices: DeviceFacts | None) -> str:
+    return devices.describe() if devices is not None else _UNRECORDED
 
 
 def _regression(
@@ -126,6 +194,17 @@ def _regression(
         unit=result.unit,
         worse=change.worse,
         commits=commits,
+    )
+
+
+def _night_detail(comparison: dict[str, dict[str, Any]], new_baselines: dict[str, list[str]]) -> str:
+    """One line: each configuration change with the benchmarks it restarted, then the others."""
+    restarted = {name for names in new_baselines.values() for name in names}
+    return ", ".join(
+        [
+            *(f"{NEW_BASELINE} for {', '.join(names)} ({change})" for change, names in new_baselines.items()),
+            *(_detail(name, row) for name, row in comparison.items() if name not in restarted),
+        ]
     )
 
 

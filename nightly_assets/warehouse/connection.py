@@ -14,7 +14,7 @@ from sqlalchemy import Engine, case, create_engine, event, func, inspect, text, 
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, DisconnectionError, SQLAlchemyError
 
-from nightly_assets.warehouse.tables import Base, TestCaseTable, node_key
+from nightly_assets.warehouse.tables import CONFIG_KEY_LEN, Base, BenchmarkTable, TestCaseTable, node_key
 
 _log = logging.getLogger(__name__)
 
@@ -63,17 +63,28 @@ def is_transient(exc: SQLAlchemyError) -> bool:
     return "database is locked" in str(exc.orig)  # SQLite: another writer past the busy timeout
 
 
+# Columns a newer version added to an existing table: (table, column, its definition on both
+# SQLite and MySQL/MariaDB). A NOT NULL column needs a default, which the rows already there get.
+ADDED_COLUMNS = (
+    (TestCaseTable.__tablename__, "test_key", "BIGINT"),
+    (BenchmarkTable.__tablename__, "config_key", f"VARCHAR({CONFIG_KEY_LEN}) NOT NULL DEFAULT ''"),
+)
+
+
 def ensure_schema(engine: Engine, url: str) -> None:
     """Create what is missing, idempotently and safe against another process doing the
-    same: tables (with their indexes), then columns and indexes that a newer version added
-    to an existing table. `test_cases.test_key` is filled in for older rows before its
-    indexes are created, so a start that dies half-way is completed by the next one.
+    same: tables (with their indexes), then columns (``ADDED_COLUMNS``) and indexes that a
+    newer version added to an existing table. `test_cases.test_key` is filled in for older
+    rows before its indexes are created, so a start that dies half-way is completed by the
+    next one.
     `url` (without its password) names the warehouse in the log."""
     Base.metadata.create_all(engine)
-    with engine.connect() as connection:
-        have = {c["name"] for c in inspect(connection).get_columns(TestCaseTable.__tablename__)}
-    if "test_key" not in have:
-        _ddl(engine, "ALTER TABLE test_cases ADD COLUMN test_key BIGINT")
+    for table_name, column, definition in ADDED_COLUMNS:
+        with engine.connect() as connection:
+            have = {c["name"] for c in inspect(connection).get_columns(table_name)}
+        if column not in have:
+            _log.warning("warehouse %s: adding column %s.%s", url, table_name, column)
+            _ddl(engine, f"ALTER TABLE {table_name} ADD COLUMN {column} {definition}")
     for table in Base.metadata.sorted_tables:
         with engine.connect() as connection:
             indexes = {i["name"] for i in inspect(connection).get_indexes(table.name)}

@@ -1,19 +1,22 @@
-"""The values the warehouse's reads return: a night, its stages, its machine costs, and a night's
-overview for `nightly status` (test runs and pass rates are in ``history.py``). Plain frozen
-dataclasses, and the functions that turn a row of ``tables.py`` into one."""
+"""The values the warehouse's reads return: a night, its stages, its machine costs, a benchmark's
+nights, the devices a stage ran on, and a night's overview for `nightly status` (test runs and pass
+rates are in ``history.py``). Plain frozen dataclasses, and the functions that turn a row of
+``tables.py`` into one (and a ``DeviceFacts`` into a row)."""
 
 from __future__ import annotations
 
 import datetime as dt
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
 
+from nightly_assets.devices.facts import DeviceFacts
 from nightly_assets.results import CheckOutcome, NightKey
 from nightly_assets.warehouse.tables import (
     CheckTable,
     CostTable,
     CulpritTable,
+    DeviceFactsTable,
     NightTable,
     RegressionTable,
     StageTable,
@@ -66,12 +69,24 @@ class NightRow:
 
 @dataclass(frozen=True)
 class NightOverview:
-    """A night with its stages, suite counts and checks, as `nightly status` shows it."""
+    """A night with its stages, suite counts, checks and devices, as `nightly status` shows it."""
 
     night: NightRow
     stages: dict[str, str]  # stage -> status
     suites: dict[str, dict[str, int]]  # suite -> counts, as `suite_counts`
     checks: list[CheckOutcome]
+    devices: dict[str, DeviceFacts] = field(default_factory=dict)  # stage -> what it ran on
+
+
+@dataclass(frozen=True)
+class BenchmarkNight:
+    """One night of a benchmark: its value, the commits the night pinned, and the device
+    configuration it ran on ("" when none was recorded)."""
+
+    night: dt.date
+    value: float
+    pins: dict[str, str]
+    config_key: str
 
 
 COUNT_COLUMNS = ("total", "passed", "failed", "error", "skipped", "collected")  # of a suite row
@@ -204,3 +219,33 @@ CULPRIT_COLUMNS = ("subject", "outcome", "repo", "commit", "author", "title", "d
 
 def culprit(row: CulpritTable) -> Culprit:
     return Culprit(**{name: getattr(row, name) for name in CULPRIT_COLUMNS}, probes=json.loads(row.probes))
+
+
+def device_facts_row(facts: DeviceFacts) -> dict[str, Any]:
+    """The device_facts columns of `facts` (but the key, the stage and the runner)."""
+    return {
+        "vendor": facts.vendor,
+        "model": facts.model,
+        "count": facts.count,
+        "memory_mib": facts.memory_mib,
+        "driver": facts.driver,
+        "runtime": facts.runtime,
+        "mig": facts.mig,
+        "devices": json.dumps(facts.devices),
+        "frameworks": json.dumps(facts.frameworks, sort_keys=True),
+        "config_key": facts.key(),
+    }
+
+
+def device_facts(row: DeviceFactsTable) -> DeviceFacts:
+    return DeviceFacts(
+        vendor=cast(Any, row.vendor),
+        model=row.model,
+        count=row.count,
+        memory_mib=row.memory_mib,
+        driver=row.driver,
+        runtime=row.runtime,
+        mig=row.mig,
+        devices=json.loads(row.devices),
+        frameworks=json.loads(row.frameworks),
+    )

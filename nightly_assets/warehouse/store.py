@@ -27,6 +27,7 @@ from sqlalchemy import ColumnElement, Table, delete, func, insert, select, updat
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
+from nightly_assets.devices.facts import DeviceFacts
 from nightly_assets.results import BenchmarkResult, CheckOutcome, NightKey, Outcome, TestCase, TestReport
 from nightly_assets.warehouse import connection, evidence, history
 from nightly_assets.warehouse.evidence import Histories
@@ -37,6 +38,7 @@ from nightly_assets.warehouse.rows import (
     CULPRIT_COLUMNS,
     REGRESSION_COLUMNS,
     VERDICT_COLUMNS,
+    BenchmarkNight,
     Culprit,
     MachineCost,
     NightOverview,
@@ -46,6 +48,8 @@ from nightly_assets.warehouse.rows import (
     TestVerdict,
     check_outcome,
     culprit,
+    device_facts,
+    device_facts_row,
     machine_cost,
     night_row,
     regression,
@@ -59,6 +63,7 @@ from nightly_assets.warehouse.tables import (
     CheckTable,
     CostTable,
     CulpritTable,
+    DeviceFactsTable,
     LeaseTable,
     NightTable,
     RegressionTable,
@@ -257,8 +262,13 @@ class Warehouse:
 
         self._write(write)
 
-    def record_benchmarks(self, key: NightKey, results: Sequence[BenchmarkResult]) -> None:
-        """Replace all benchmark rows of the key (an empty sequence clears them)."""
+    def record_benchmarks(
+        self, key: NightKey, results: Sequence[BenchmarkResult], *, devices: DeviceFacts | None = None
+    ) -> None:
+        """Replace all benchmark rows of the key (an empty sequence clears them). `devices`: what
+        they ran on, whose configuration (``DeviceFacts.key()``) keys their baseline; without
+        it, the empty configuration (as every row from before devices were recorded)."""
+        config_key = devices.key() if devices is not None else ""
         rows = [
             {
                 **_key(key),
@@ -266,10 +276,17 @@ class Warehouse:
                 "value": r.value,
                 "unit": r.unit,
                 "lower_is_better": r.lower_is_better,
+                "config_key": config_key,
             }
             for r in results
         ]
         self._replace(BenchmarkTable, is_key(BenchmarkTable, key), rows)
+
+    def record_device_facts(self, key: NightKey, stage: str, runner: str, facts: DeviceFacts) -> None:
+        """Replace what (key, stage) ran on."""
+        row = {**_key(key), "stage": stage, "runner": runner, **device_facts_row(facts)}
+        where = [*is_key(DeviceFactsTable, key), DeviceFactsTable.stage == stage]
+        self._replace(DeviceFactsTable, where, [row])
 
     def record_regressions(self, key: NightKey, found: Sequence[Regression]) -> None:
         """Replace the changes confirmed on the key's night (an empty sequence clears them)."""
@@ -356,20 +373,64 @@ class Warehouse:
         return (row.night, row.total) if row else None
 
     def benchmark_series(
-        self, pipeline: str, target: str, name: str, *, before: dt.date, limit: int
+        self,
+        pipeline: str,
+        target: str,
+        name: str,
+        *,
+        before: dt.date,
+        limit: int,
+        config_key: str | None = None,
     ) -> list[tuple[dt.date, float, dict[str, str]]]:
         """(night, value, the night's pinned commits) of up to ``limit`` nights strictly before
-        ``before``, oldest first: what the change-point detector replays."""
+        ``before``, oldest first, of one device configuration when `config_key` is given: what
+        the change-point detector replays. ``benchmark_nights`` adds each night's configuration."""
+        nights = self.benchmark_nights(
+            pipeline, target, name, before=before, limit=limit, config_key=config_key
+        )
+        return [(n.night, n.value, n.pins) for n in nights]
+
+    def benchmark_nights(
+        self,
+        pipeline: str,
+        target: str,
+        name: str,
+        *,
+        before: dt.date,
+        limit: int,
+        config_key: str | None = None,
+    ) -> list[BenchmarkNight]:
+        """Up to ``limit`` nights of the benchmark strictly before ``before``, oldest first, with
+        their pins and device configuration; only `config_key`'s nights when it is given."""
         b, n = BenchmarkTable, NightTable
         query = (
-            select(b.night, b.value, n.pins)
+            select(b.night, b.value, b.config_key, n.pins)
             .outerjoin(n, (n.pipeline == b.pipeline) & (n.night == b.night) & (n.target == b.target))
             .where(b.pipeline == pipeline, b.target == target, b.name == name, b.night < before)
             .order_by(b.night.desc())
             .limit(limit)
         )
+        if config_key is not None:
+            query = query.where(b.config_key == config_key)
         rows = self._read(lambda s: s.execute(query).all())
-        return [(r.night, r.value, json.loads(r.pins) if r.pins else {}) for r in reversed(rows)]
+        return [
+            BenchmarkNight(r.night, r.value, json.loads(r.pins) if r.pins else {}, r.config_key)
+            for r in reversed(rows)
+        ]
+
+    def device_facts(self, key: NightKey) -> dict[str, DeviceFacts]:
+        """What each stage of the night ran on, by stage (the stages that recorded it)."""
+        t = DeviceFactsTable
+        query = select(t).where(*is_key(t, key)).order_by(t.stage)
+        return {r.stage: device_facts(r) for r in self._read(lambda s: s.scalars(query).all())}
+
+    def device_configuration(self, config_key: str) -> DeviceFacts | None:
+        """The devices of a configuration (``DeviceFacts.key()``) as a stage last recorded them,
+        on any pipeline (the key is the configuration); None if none did."""
+        t = DeviceFactsTable
+        query = select(t).where(t.config_key == config_key).order_by(t.night.desc(), t.id.desc()).limit(1)
+        row = self._read(lambda s: s.scalars(query).first())
+        return None if row is None else device_facts(row)
 
     def regressions(self, pipeline: str, *, target: str | None = None) -> list[Regression]:
         """The benchmark changes confirmed on the pipeline's nights, newest first."""
@@ -409,8 +470,8 @@ class Warehouse:
         return None if row is None else night_row(row)
 
     def night_overviews(self, pipelines: Sequence[str]) -> list[NightOverview]:
-        """Every night of `pipelines` with its stages, suite counts and checks, newest night first
-        (then by target): four queries however many nights there are."""
+        """Every night of `pipelines` with its stages, suite counts, checks and devices, newest
+        night first (then by target): five queries however many nights there are."""
         if not pipelines:
             return []
         names = list(pipelines)
@@ -436,6 +497,11 @@ class Warehouse:
                 .where(CheckTable.pipeline.in_(names))
                 .order_by(CheckTable.stage, CheckTable.name)
             ).all()
+            devices = session.scalars(
+                select(DeviceFactsTable)
+                .where(DeviceFactsTable.pipeline.in_(names))
+                .order_by(DeviceFactsTable.stage)
+            ).all()
             by_key: dict[tuple[str, dt.date, str], NightOverview] = {
                 (n.pipeline, n.night, n.target): NightOverview(night_row(n), {}, {}, []) for n in nights
             }
@@ -448,6 +514,9 @@ class Warehouse:
             for c in checks:
                 if (found := by_key.get((c.pipeline, c.night, c.target))) is not None:
                     found.checks.append(check_outcome(c))
+            for d in devices:
+                if (found := by_key.get((d.pipeline, d.night, d.target))) is not None:
+                    found.devices[d.stage] = device_facts(d)
             order = {name: i for i, name in enumerate(names)}
             return sorted(
                 by_key.values(),

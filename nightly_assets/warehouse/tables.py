@@ -29,6 +29,7 @@ STATUS_LEN = 32
 RUNNER_LEN = 128
 RUN_ID_LEN = 64
 UNIT_LEN = 32
+CONFIG_KEY_LEN = 16  # DeviceFacts.key(): 16 hex digits
 
 Id = BigInteger().with_variant(Integer(), "sqlite")  # SQLite autoincrements INTEGER keys only
 LongText = Text().with_variant(mysql.MEDIUMTEXT(), "mysql", "mariadb")
@@ -184,9 +185,15 @@ class TestVerdictTable(_Keyed, Base):
 
 
 class BenchmarkTable(_Keyed, Base):
+    """One benchmark's value on a night, with the device configuration it ran on (`config_key`:
+    ``DeviceFacts.key()``; empty for rows from before it was recorded and for benchmarks recorded
+    without devices). ``ix_benchmarks_series`` finds one configuration's nights of a benchmark,
+    the series its baseline is made of."""
+
     __tablename__ = "benchmarks"
     __table_args__ = (
         UniqueConstraint("pipeline", "night", "target", "name", name="uq_benchmarks_key"),
+        Index("ix_benchmarks_series", "pipeline", "target", "name", "config_key", "night"),
         _MYSQL_OPTIONS,
     )
 
@@ -194,6 +201,34 @@ class BenchmarkTable(_Keyed, Base):
     value: Mapped[float] = mapped_column(Double)
     unit: Mapped[str] = mapped_column(String(UNIT_LEN))
     lower_is_better: Mapped[bool]
+    # server_default: the rows of an older warehouse get "" when the column is added (connection.py).
+    config_key: Mapped[str] = mapped_column(String(CONFIG_KEY_LEN), server_default="")
+
+
+class DeviceFactsTable(_Keyed, Base):
+    """What one stage of the night ran on (``DeviceFacts``), one column per fact so that SQL can
+    ask which nights ran on which GPU, driver or runtime; the framework versions and the device
+    ids handed out are JSON (name -> version; a list). `config_key` is ``DeviceFacts.key()``."""
+
+    __tablename__ = "device_facts"
+    __table_args__ = (
+        UniqueConstraint("pipeline", "night", "target", "stage", name="uq_device_facts_key"),
+        Index("ix_device_facts_config", "config_key", "night"),
+        _MYSQL_OPTIONS,
+    )
+
+    stage: Mapped[str] = mapped_column(String(NAME_LEN))
+    runner: Mapped[str] = mapped_column(String(RUNNER_LEN))
+    vendor: Mapped[str] = mapped_column(String(16))
+    model: Mapped[str] = mapped_column(Text)  # several models on one host are joined with " + "
+    count: Mapped[int]
+    memory_mib: Mapped[int]
+    driver: Mapped[str] = mapped_column(String(NAME_LEN))
+    runtime: Mapped[str] = mapped_column(String(NAME_LEN))
+    mig: Mapped[bool]
+    devices: Mapped[str] = mapped_column(Text)  # JSON list of the ids handed out
+    frameworks: Mapped[str] = mapped_column(Text)  # JSON object: distribution name -> version
+    config_key: Mapped[str] = mapped_column(String(CONFIG_KEY_LEN))
 
 
 class RegressionTable(_Keyed, Base):
@@ -296,4 +331,5 @@ ALL_TABLES: tuple[type[Base], ...] = (
     CostTable,
     CheckTable,
     LeaseTable,
+    DeviceFactsTable,
 )
