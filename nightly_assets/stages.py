@@ -14,6 +14,7 @@ import dagster as dg
 
 from nightly_assets.artefacts.resources import ArtefactStoreResource
 from nightly_assets.catalog.models import Catalog, Pipeline, Runner, Stage, Target
+from nightly_assets.devices.facts import DeviceFacts
 from nightly_assets.manifests import PinnedRepo, SourcesManifest
 from nightly_assets.night_lease import hold_night
 from nightly_assets.partitions import night_key
@@ -161,6 +162,12 @@ class StageRun:
             **({"artefacts": dg.MetadataValue.url(self.folder_link)} if self.folder_link else {}),
             **{f"artefact/{name}": dg.MetadataValue.url(url) for name, url in self.links.items()},
         }
+
+
+def recorded_devices(run: StageRun) -> DeviceFacts | None:
+    """What the stage's work ran on, as its backend recorded it (None: the backend records none)."""
+    facts = run.manifest.get("devices")
+    return DeviceFacts.model_validate(facts) if facts is not None else None
 
 
 def stage_events(

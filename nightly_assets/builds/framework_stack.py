@@ -231,15 +231,24 @@ def reused_stack(
     return stack
 
 
-def stack_record(python: Path, stack: FrameworkStack | None) -> dict[str, object]:
+def stack_record(python: Path, stack: FrameworkStack | None, wheels: list[Path]) -> dict[str, object]:
     """What a manifest keeps of the environment's stack: the stack, and every framework package's
-    version with those inherited from the stack named."""
+    version with those inherited from the stack named. The night's own wheels are left out: they
+    are what is tested, and their nightly versions must not start a new baseline every night."""
     packages = framework_packages(python, stack)
+    own = {_wheel_name(w) for w in wheels}
     return {
         "framework_stack": {"python": str(stack.python), "version": stack.full_version} if stack else None,
-        "frameworks": packages.versions,
+        "frameworks": {n: v for n, v in packages.versions.items() if n not in own},
         "inherited": packages.inherited,
     }
+
+
+def _wheel_name(wheel: Path) -> str:
+    try:
+        return str(parse_wheel_filename(wheel.name)[0])
+    except InvalidWheelFilename:
+        return wheel.name
 
 
 def stack_metadata(manifest: dict[str, object]) -> dict[str, str]:

@@ -51,7 +51,9 @@ class GitSourcesResource(dg.ConfigurableResource):
             name = url.removeprefix(SAMPLE_SCHEME)
             repo = Path(self.cache_dir) / "sample" / name
             if not (repo / ".git").exists():
-                ensure_sample_repo(repo, sample_history(name))  # built once; afterwards it is an upstream like any other
+                ensure_sample_repo(
+                    repo, sample_history(name)
+                )  # built once; afterwards it is an upstream like any other
             return str(repo)
         return url
 

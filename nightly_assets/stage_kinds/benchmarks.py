@@ -13,7 +13,7 @@ from nightly_assets.manifests import EnvironmentManifest, TimingManifest
 from nightly_assets.runners import backend, stage_backends
 from nightly_assets.runners.protocol import StageWork
 from nightly_assets.stage_kinds.spec import ORCHESTRATOR, StageKind, StageParams
-from nightly_assets.stages import StageNotAvailable, StageSpec, recorded_stage
+from nightly_assets.stages import StageNotAvailable, StageSpec, recorded_devices, recorded_stage
 from nightly_assets.warehouse.resources import WarehouseResource
 
 BENCHMARK_TIMEOUT_S = 3600
@@ -76,7 +76,11 @@ def build_benchmarks_asset(spec: StageSpec) -> dg.AssetsDefinition:
                     )
                 output = Path(upstream.timing_file)
             results = read_timing_file(output)
-            warehouse.store().record_benchmarks(run.key, results)
+            devices = recorded_devices(run)
+            store = warehouse.store()
+            if devices is not None:
+                store.record_device_facts(run.key, spec.stage.name, run.runner_name, devices)
+            store.record_benchmarks(run.key, results, devices=devices)
             run.manifest["benchmarks"] = {
                 r.name: {"value": r.value, "unit": r.unit, "lower_is_better": r.lower_is_better}
                 for r in results
@@ -84,6 +88,7 @@ def build_benchmarks_asset(spec: StageSpec) -> dg.AssetsDefinition:
             run.detail = ", ".join(f"{r.name}={r.value:.4g}{r.unit}" for r in results)
         return dg.MaterializeResult(
             metadata={f"benchmark/{r.name}": dg.MetadataValue.float(r.value) for r in results}
+            | ({"devices": devices.describe(), "device_config": devices.key()} if devices else {})
         )
 
     return _benchmarks

@@ -79,7 +79,7 @@ def build_docker_image_asset(spec: StageSpec) -> dg.AssetsDefinition:
                 python = builder.create_environment(
                     run.workdir / "venv", wheels, run.workdir / "install.log", tests, stack
                 )
-                run.manifest.update(stack_record(python, stack))
+                run.manifest.update(stack_record(python, stack, wheels))
                 run.manifest.update(
                     mode="venv",
                     python=str(python),

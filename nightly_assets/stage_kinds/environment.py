@@ -15,6 +15,7 @@ from nightly_assets.builds.framework_stack import (
 from nightly_assets.builds.resources import PythonBuildResource
 from nightly_assets.builds.test_dependencies import TestDependencyParams
 from nightly_assets.builds.wheel_metadata import top_level_names
+from nightly_assets.devices.facts import DeviceFacts
 from nightly_assets.manifests import WheelsManifest
 from nightly_assets.stage_kinds.spec import ORCHESTRATOR, RepoParams, StageKind
 from nightly_assets.stages import StageSpec, recorded_stage
@@ -48,7 +49,9 @@ def build_environment_asset(spec: StageSpec) -> dg.AssetsDefinition:
             python = builder.create_environment(
                 run.workdir / "venv", wheels, run.workdir / "install.log", tests, stack
             )
-            run.manifest.update(stack_record(python, stack))
+            run.manifest.update(stack_record(python, stack, wheels))
+            frameworks = DeviceFacts(frameworks=run.manifest["frameworks"])
+            warehouse.store().record_device_facts(run.key, spec.stage.name, run.runner_name, frameworks)
             run.manifest["python"] = str(python)
             run.manifest["installed"] = [w.name for w in wheels]
             run.manifest["packages"] = top_level_names(wheels)

@@ -13,7 +13,7 @@ from nightly_assets.results import TestReport
 from nightly_assets.runners import backend, runner_kinds
 from nightly_assets.runners.protocol import RunnerBackend, StageWork
 from nightly_assets.stage_kinds.spec import RepoParams, StageKind
-from nightly_assets.stages import StageSpec, recorded_stage, stage_events
+from nightly_assets.stages import StageSpec, recorded_devices, recorded_stage, stage_events
 from nightly_assets.testing import checks, health
 from nightly_assets.testing.junit import report_metadata
 from nightly_assets.tpu.stage import TpuSuiteParams
@@ -68,6 +68,9 @@ def build_test_suite_asset(spec: StageSpec) -> dg.AssetsDefinition:
             outcome = suite_backend(spec, run.runner_kind).run_suite(work)
             report = outcome.report
             store = warehouse.store()
+            devices = recorded_devices(run)
+            if devices is not None:
+                store.record_device_facts(run.key, spec.stage.name, run.runner_name, devices)
             previous = store.previous_suite_total(run.key, spec.stage.name)
             store.record_test_report(run.key, report)
             run.manifest.update(
@@ -95,7 +98,9 @@ def build_test_suite_asset(spec: StageSpec) -> dg.AssetsDefinition:
             run.detail = f"{report.count('passed')}/{report.total} passed" + _problems(report)
             if not passed.passed:
                 run.failure = passed.description
-        yield from stage_events(run, {**report_metadata(report), **outcome.metadata})
+        devices = recorded_devices(run)
+        device_metadata = {"devices": devices.describe()} if devices is not None else {}
+        yield from stage_events(run, {**report_metadata(report), **outcome.metadata, **device_metadata})
 
     return _test_report
 

@@ -30,6 +30,8 @@ def test_matmul_is_timed(gpu_backend):
 @pytest.mark.gpu_2
 def test_peer_copy_between_two_devices(torch_cuda):
     if torch_cuda.cuda.device_count() < 2:
-        pytest.skip(f"needs two GPUs, sees {torch_cuda.cuda.device_count()} ({os.environ.get('CUDA_VISIBLE_DEVICES')})")
+        pytest.skip(
+            f"needs two GPUs, sees {torch_cuda.cuda.device_count()} ({os.environ.get('CUDA_VISIBLE_DEVICES')})"
+        )
     x = torch_cuda.arange(1024, device="cuda:0")
     assert torch_cuda.equal(x.to("cuda:1").cpu(), x.cpu())

@@ -14,7 +14,7 @@ def matmul_flops(m: int, n: int, k: int) -> int:
 
 
 def backend() -> str | None:
-    """"torch" or "cupy" where that framework sees a GPU, else None (nothing to run on)."""
+    """ "torch" or "cupy" where that framework sees a GPU, else None (nothing to run on)."""
     if importlib.util.find_spec("torch") is not None:
         import torch
 

@@ -1,6 +1,6 @@
 """Benchmark: bf16 matmul throughput (TFLOP/s) and device copy bandwidth (GB/s) on GPU 0.
 
-    python -m nightlygpu.bench --json timing.json
+python -m nightlygpu.bench --json timing.json
 """
 
 from __future__ import annotations
