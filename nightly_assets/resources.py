@@ -10,10 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
-from dagster_gcp import GCSResource
 from dagster_slack import SlackResource
 
-from nightly_assets.artefacts.resources import ArtefactStoreResource, GcsArtefactStoreResource
+from nightly_assets.artefacts.resources import ArtefactStoreResource
 from nightly_assets.batch.resources import BatchSchedulerResource
 from nightly_assets.builds.resources import INDEX_URL_VAR, WHEELHOUSE_VAR, PythonBuildResource
 from nightly_assets.builds.wheelhouse import home_wheelhouse
@@ -232,6 +231,11 @@ def artefact_store(env: Env, home: Path) -> ArtefactStoreResource:
     root = str(home / "artefacts")
     if env != "prod" and not os.environ.get(ARTEFACTS_BUCKET_VAR):
         return ArtefactStoreResource(root=root, **env_settings(base_url="NIGHTLY_ARTEFACTS_URL"))
+    # Only here: dagster-gcp imports BigQuery, pandas and pyarrow, which a host without a bucket never needs.
+    from dagster_gcp import GCSResource
+
+    from nightly_assets.artefacts.gcs import GcsArtefactStoreResource
+
     return GcsArtefactStoreResource(
         root=root,
         gcs=GCSResource(**env_settings(project="NIGHTLY_GCP_PROJECT")),
