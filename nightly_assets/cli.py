@@ -23,6 +23,7 @@ import pydantic
 from nightly_assets import history_cli
 from nightly_assets.artefacts.serve import serve_artefacts
 from nightly_assets.builds.resources import INDEX_URL_VAR, WHEELHOUSE_VAR
+from nightly_assets.builds.toolchain import MissingToolError
 from nightly_assets.builds.wheelhouse import WheelhouseError, ensure_wheelhouse, home_wheelhouse
 from nightly_assets.catalog.loader import CatalogError, catalog_dir, load_catalog
 from nightly_assets.catalog.models import Catalog, Pipeline
@@ -198,7 +199,7 @@ def _init(catalog: Catalog) -> int:
         return 0
     try:
         made = ensure_wheelhouse(home_wheelhouse(nightly_home()))
-    except WheelhouseError as exc:
+    except (WheelhouseError, MissingToolError) as exc:
         raise SettingsError(f"wheelhouse {home_wheelhouse(nightly_home())}: {exc}") from None
     if made.made:
         print(f"{made.folder}: made from this environment: {', '.join(made.wheels)}")

@@ -16,12 +16,8 @@ import pytest
 
 from nightly_assets import resources
 from nightly_assets.builds.resources import PythonBuildResource
-from nightly_assets.builds.wheelhouse import (
-    WheelhouseError,
-    ensure_wheelhouse,
-    installed_closure,
-    repack,
-)
+from nightly_assets.builds.toolchain import MissingToolError, installed_closure
+from nightly_assets.builds.wheelhouse import WheelhouseError, ensure_wheelhouse, repack
 from nightly_assets.cli import PACKAGED_DAGSTER_YAML, main
 from nightly_assets.process import run_command
 
@@ -154,15 +150,19 @@ def test_a_repack_of_a_repacked_install_gives_the_same_bytes_and_a_changed_file_
         repack(metadata.PathDistribution(dist_info), tmp_path / "refused")
 
 
-def test_compiled_distributions_and_missing_ones_are_refused_by_name(tmp_path, monkeypatch):
+def test_compiled_distributions_and_missing_ones_are_refused_by_name(tmp_path):
     with pytest.raises(WheelhouseError, match=r"PyYAML .*expected a pure-Python wheel \(\*-none-any\)"):
         repack(metadata.distribution("PyYAML"), tmp_path)
-    with pytest.raises(WheelhouseError, match=r"no-such-tool \(a build or test tool\) is not installed"):
+    with pytest.raises(MissingToolError, match=r"no-such-tool \(a build or test tool\) is not installed"):
         installed_closure(["pytest", "no-such-tool"])
-    monkeypatch.setattr("nightly_assets.builds.wheelhouse.OPTIONAL_TOOLS", frozenset({"no-such-tool"}))
-    found, missing = installed_closure(["pytest", "no-such-tool"])
+    found, missing = installed_closure(["pytest", "no-such-tool"], optional={"no-such-tool"})
     assert missing == ["no-such-tool"] and "pluggy" in {d.metadata["Name"] for d in found}
-    assert not (tmp_path / "wheelhouse").exists()
+
+    folder = tmp_path / "home" / "wheelhouse"
+    folder.parent.mkdir()
+    with pytest.raises(MissingToolError, match="no-such-tool"):
+        ensure_wheelhouse(folder, roots=["pytest", "no-such-tool"])
+    assert list((tmp_path / "home").iterdir()) == []  # no wheelhouse, not even half of one
 
 
 def test_local_builds_use_the_checkouts_wheelhouse_else_the_one_init_made(tmp_path, monkeypatch):

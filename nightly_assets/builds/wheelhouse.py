@@ -19,16 +19,15 @@ import os
 import re
 import shutil
 import stat
-import sys
 import zipfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from email.parser import HeaderParser
 from pathlib import Path, PurePosixPath
 
-from packaging.requirements import Requirement
-from packaging.utils import canonicalize_name
 from packaging.version import Version
+
+from nightly_assets.builds.toolchain import installed_closure
 
 # The build backends of setuptools projects and the test tools; their dependencies come along.
 BUILD_AND_TEST_TOOLS = ("setuptools", "wheel", "pytest")
@@ -43,7 +42,7 @@ _ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # the earliest a zip holds: the same files gi
 
 
 class WheelhouseError(RuntimeError):
-    """A distribution the wheelhouse needs is missing or cannot be repacked; names it and why."""
+    """An installed distribution cannot be repacked into a wheel; names it and why."""
 
 
 @dataclass(frozen=True)
@@ -65,63 +64,22 @@ def ensure_wheelhouse(folder: Path, roots: Iterable[str] = BUILD_AND_TEST_TOOLS)
     so an interrupted init leaves no half wheelhouse that a later one would keep."""
     if folder.is_dir():
         return Wheelhouse(folder, made=False, wheels=tuple(sorted(p.name for p in folder.glob("*.whl"))))
-    distributions, missing = installed_closure(roots)
+    distributions, missing = installed_closure(roots, optional=OPTIONAL_TOOLS)
     folder.parent.mkdir(parents=True, exist_ok=True)
     partial = folder.with_name(f".{folder.name}.partial-{os.getpid()}")
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir()
     try:
         wheels = tuple(sorted(repack(dist, partial).name for dist in distributions))
-        partial.rename(folder)
-    except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)
-        if folder.is_dir():  # another init made it meanwhile: that one stands
-            return Wheelhouse(folder, made=False, wheels=tuple(sorted(p.name for p in folder.glob("*.whl"))))
-        raise
+        try:
+            partial.rename(folder)
+        except OSError:
+            if not folder.is_dir():
+                raise
+            return ensure_wheelhouse(folder)  # another init made it meanwhile: that one stands
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)  # gone already once renamed
     return Wheelhouse(folder, made=True, wheels=wheels, missing=tuple(missing))
-
-
-def installed_closure(roots: Iterable[str]) -> tuple[list[metadata.Distribution], list[str]]:
-    """The installed distributions of `roots` and of everything they require on this Python (markers
-    evaluated, no extras), by name; and the optional roots that are not installed."""
-    found: dict[str, metadata.Distribution] = {}
-    missing: list[str] = []
-    pending: list[tuple[str, Requirement | None, str | None]] = [(name, None, None) for name in roots]
-    while pending:
-        name, requirement, needed_by = pending.pop()
-        key = canonicalize_name(name)
-        if key in found:
-            dist = found[key]
-        else:
-            try:
-                dist = metadata.distribution(name)
-            except metadata.PackageNotFoundError:
-                if needed_by is None and key in OPTIONAL_TOOLS:
-                    missing.append(name)
-                    continue
-                why = f"required by {needed_by} ({requirement})" if needed_by else "a build or test tool"
-                raise WheelhouseError(
-                    f"{name} ({why}) is not installed in this environment ({sys.prefix}): "
-                    "expected it to repack into the wheelhouse"
-                ) from None
-            found[key] = dist
-            pending.extend(_requirements(dist))
-        if requirement is not None and not requirement.specifier.contains(dist.version, prereleases=True):
-            raise WheelhouseError(
-                f"{needed_by} requires {requirement}, but this environment has {dist.metadata['Name']} "
-                f"{dist.version}: expected an installed version that satisfies it"
-            )
-    return sorted(found.values(), key=lambda d: canonicalize_name(d.metadata["Name"])), missing
-
-
-def _requirements(dist: metadata.Distribution) -> list[tuple[str, Requirement, str]]:
-    owner = f"{dist.metadata['Name']} {dist.version}"
-    wanted = []
-    for text in dist.requires or []:
-        requirement = Requirement(text)
-        if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
-            wanted.append((requirement.name, requirement, owner))
-    return wanted
 
 
 def repack(dist: metadata.Distribution, out_dir: Path) -> Path:
