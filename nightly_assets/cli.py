@@ -9,11 +9,11 @@ import json
 import logging
 import os
 import re
-import shutil
 import signal
 import sys
 import warnings
 from collections.abc import Iterator
+from importlib import resources as package_files
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,9 @@ import pydantic
 
 from nightly_assets import history_cli
 from nightly_assets.artefacts.serve import serve_artefacts
+from nightly_assets.builds.resources import INDEX_URL_VAR, WHEELHOUSE_VAR
+from nightly_assets.builds.toolchain import MissingToolError
+from nightly_assets.builds.wheelhouse import WheelhouseError, ensure_wheelhouse, home_wheelhouse
 from nightly_assets.catalog.loader import CatalogError, catalog_dir, load_catalog
 from nightly_assets.catalog.models import Catalog, Pipeline
 from nightly_assets.culprits.checks import culprit_line
@@ -30,7 +33,7 @@ from nightly_assets.night import execute_partition, run_night
 from nightly_assets.pipelines import nightly_job_name
 from nightly_assets.reporting.follow_up import follow_up_run
 from nightly_assets.reporting.summary import night_summary
-from nightly_assets.resources import resources_for
+from nightly_assets.resources import local_package_sources, resources_for
 from nightly_assets.results import NightKey
 from nightly_assets.settings import env_var_names, nightly_env, nightly_home
 from nightly_assets.warehouse import connection as warehouse_connection
@@ -38,7 +41,9 @@ from nightly_assets.warehouse import store as warehouse_store
 from nightly_assets.warehouse.resources import WarehouseResource
 from nightly_assets.warehouse.store import WarehouseError
 
-REPO_DAGSTER_YAML = Path(__file__).resolve().parents[1] / "dagster.yaml"
+# The instance config `nightly init` writes into DAGSTER_HOME, shipped in the package (the repo root's
+# dagster.yaml links to it): an install from the wheel has it without the repository.
+PACKAGED_DAGSTER_YAML = package_files.files("nightly_assets") / "instance" / "dagster.yaml"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -68,12 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         catalog = load_catalog()
         if args.command == "init":
-            instance(catalog)
-            print(
-                f"DAGSTER_HOME={os.environ['DAGSTER_HOME']}: pools "
-                + ", ".join(f"{pool}={limit}" for pool, limit in sorted(catalog.pools.items()))
-            )
-            return 0
+            return _init(catalog)
         if args.command == "serve":
             return serve_artefacts(nightly_home() / "artefacts", args.host, args.port)
         if args.command == "run":
@@ -159,15 +159,59 @@ class UsageError(ValueError):
 
 
 def instance(catalog: Catalog) -> dg.DagsterInstance:
-    """The instance under DAGSTER_HOME (default ./.dagster_home), with the repo's dagster.yaml and pools."""
-    home = Path(os.environ.setdefault("DAGSTER_HOME", str(Path.cwd() / ".dagster_home")))
-    home.mkdir(parents=True, exist_ok=True)
-    if not (home / "dagster.yaml").exists() and REPO_DAGSTER_YAML.is_file():
-        shutil.copyfile(REPO_DAGSTER_YAML, home / "dagster.yaml")
+    """The instance under DAGSTER_HOME (default ./.dagster_home), with the packaged dagster.yaml and pools."""
+    write_instance_config()
     inst = dg.DagsterInstance.get()
     for pool, limit in catalog.pools.items():
         inst.event_log_storage.set_concurrency_slots(pool, limit)
     return inst
+
+
+def write_instance_config() -> tuple[Path, bool]:
+    """DAGSTER_HOME/dagster.yaml (DAGSTER_HOME defaults to ./.dagster_home) from the packaged file,
+    where there is none yet; an operator's file (or link) is never overwritten. Returns the path and
+    whether it was written."""
+    home = Path(os.environ.setdefault("DAGSTER_HOME", str(Path.cwd() / ".dagster_home")))
+    home.mkdir(parents=True, exist_ok=True)
+    config = home / "dagster.yaml"
+    if config.exists() or config.is_symlink():  # a dangling link is the operator's to fix, not ours
+        return config, False
+    config.write_bytes(PACKAGED_DAGSTER_YAML.read_bytes())
+    return config, True
+
+
+def _init(catalog: Catalog) -> int:
+    """Set up this host: the instance config and pool limits, and in local mode the wheelhouse offline
+    builds take their backends and test tools from. Says what it wrote and what it kept."""
+    config, written = write_instance_config()
+    print(
+        f"{config}: written from the packaged instance config"
+        if written
+        else f"{config}: already there, kept as it is"
+    )
+    instance(catalog)
+    print(
+        f"DAGSTER_HOME={os.environ['DAGSTER_HOME']}: pools "
+        + ", ".join(f"{pool}={limit}" for pool, limit in sorted(catalog.pools.items()))
+    )
+    if nightly_env() != "local":
+        print(f"no wheelhouse made: prod takes its packages from {INDEX_URL_VAR} and {WHEELHOUSE_VAR} only")
+        return 0
+    try:
+        made = ensure_wheelhouse(home_wheelhouse(nightly_home()))
+    except (WheelhouseError, MissingToolError) as exc:
+        raise SettingsError(f"wheelhouse {home_wheelhouse(nightly_home())}: {exc}") from None
+    if made.made:
+        print(f"{made.folder}: made from this environment: {', '.join(made.wheels)}")
+    else:
+        print(f"{made.folder}: already there, kept as it is ({len(made.wheels)} wheels)")
+    for name in made.missing:
+        print(
+            f"{made.folder}: no {name} (not installed here): projects whose build-system requires it "
+            f"need {INDEX_URL_VAR} or {WHEELHOUSE_VAR}"
+        )
+    print(f"local builds take their packages from {local_package_sources(nightly_home())}")
+    return 0
 
 
 def _run(catalog: Catalog, name: str, night_text: str, target: str | None) -> int:

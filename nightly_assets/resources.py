@@ -10,12 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
-from dagster_gcp import GCSResource
 from dagster_slack import SlackResource
 
-from nightly_assets.artefacts.resources import ArtefactStoreResource, GcsArtefactStoreResource
+from nightly_assets.artefacts.resources import ArtefactStoreResource
 from nightly_assets.batch.resources import BatchSchedulerResource
 from nightly_assets.builds.resources import INDEX_URL_VAR, WHEELHOUSE_VAR, PythonBuildResource
+from nightly_assets.builds.wheelhouse import home_wheelhouse
 from nightly_assets.containers.resources import (
     ContainerRegistriesResource,
     DockerRunnerPoolResource,
@@ -39,6 +39,7 @@ from nightly_assets.warehouse.resources import WarehouseResource
 
 WAREHOUSE_URL_VAR = "NIGHTLY_WAREHOUSE_URL"
 # `make setup` fills it with the build backends and test tools the sample and fixture nights use.
+# An install from the wheel has none: `nightly init` makes $NIGHTLY_HOME/wheelhouse instead.
 REPO_WHEELHOUSE = Path(__file__).resolve().parents[1] / ".wheelhouse"
 ARTEFACTS_BUCKET_VAR = "NIGHTLY_ARTEFACTS_BUCKET"
 REGISTRY_ROLES = ("ecr", "acr")
@@ -60,7 +61,7 @@ def resources_for(env: Env, home: Path) -> dict[str, Any]:
         ),
         "builder": PythonBuildResource(
             **env_settings(
-                {"toolchain_dir": str(home / "toolchain"), **local_wheelhouse(env)},
+                {"toolchain_dir": str(home / "toolchain"), **local_wheelhouse(env, home)},
                 index_url=INDEX_URL_VAR,
                 wheelhouse=WHEELHOUSE_VAR,
             )
@@ -157,12 +158,28 @@ def kubernetes_cluster(env: Env) -> KubernetesClusterResource:
     )
 
 
-def local_wheelhouse(env: Env) -> dict[str, str]:
-    """Local mode builds offline from the repository's wheelhouse where there is one (and no index
-    or wheelhouse is set); prod takes its package sources from the variables only."""
-    if env == "local" and REPO_WHEELHOUSE.is_dir() and not os.environ.get(INDEX_URL_VAR):
-        return {"wheelhouse": str(REPO_WHEELHOUSE)}
+def local_wheelhouse(env: Env, home: Path) -> dict[str, str]:
+    """Local mode with no index set builds offline from a wheelhouse: the source checkout's
+    `.wheelhouse` where there is one, else the one `nightly init` made in NIGHTLY_HOME (an install
+    from the wheel). NIGHTLY_WHEELHOUSE overrides it; prod takes its package sources from the
+    variables only."""
+    if env != "local" or os.environ.get(INDEX_URL_VAR):
+        return {}
+    for folder in (REPO_WHEELHOUSE, home_wheelhouse(home)):
+        if folder.is_dir():
+            return {"wheelhouse": str(folder)}
     return {}
+
+
+def local_package_sources(home: Path) -> str:
+    """Where local mode's builds take their packages from, in words, as `resources_for` wires them
+    (the variables' values, not their names; no URL credentials)."""
+    builder = PythonBuildResource(
+        toolchain_dir=str(home / "toolchain"),
+        index_url=os.environ.get(INDEX_URL_VAR) or None,
+        wheelhouse=os.environ.get(WHEELHOUSE_VAR) or local_wheelhouse("local", home).get("wheelhouse"),
+    )
+    return builder.package_sources()
 
 
 def registry_endpoints() -> dict[str, RegistryEndpoint]:
@@ -214,6 +231,11 @@ def artefact_store(env: Env, home: Path) -> ArtefactStoreResource:
     root = str(home / "artefacts")
     if env != "prod" and not os.environ.get(ARTEFACTS_BUCKET_VAR):
         return ArtefactStoreResource(root=root, **env_settings(base_url="NIGHTLY_ARTEFACTS_URL"))
+    # Only here: dagster-gcp imports BigQuery, pandas and pyarrow, which a host without a bucket never needs.
+    from dagster_gcp import GCSResource
+
+    from nightly_assets.artefacts.gcs import GcsArtefactStoreResource
+
     return GcsArtefactStoreResource(
         root=root,
         gcs=GCSResource(**env_settings(project="NIGHTLY_GCP_PROJECT")),

@@ -14,7 +14,8 @@ import dagster as dg
 import pytest
 from dagster._core.events import DagsterEventType
 
-from nightly_assets.artefacts.resources import ArtefactError, GcsArtefactStoreResource
+from nightly_assets.artefacts.gcs import GcsArtefactStoreResource
+from nightly_assets.artefacts.resources import ArtefactError
 from nightly_assets.artefacts.serve import make_server
 from nightly_assets.catalog.loader import load_catalog
 from nightly_assets.definitions import build_definitions

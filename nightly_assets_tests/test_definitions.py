@@ -175,7 +175,7 @@ def test_prod_definitions_load_and_their_resources_resolve(tmp_path):
     them set, the resources a run gets are Slack, the GCS artefact store and the warehouse URL."""
     from dagster_slack import SlackResource
 
-    from nightly_assets.artefacts.resources import GcsArtefactStoreResource
+    from nightly_assets.artefacts.gcs import GcsArtefactStoreResource
     from nightly_assets.reporting.resources import SlackNotifierResource
     from nightly_assets.resources import resources_for
 

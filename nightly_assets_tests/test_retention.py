@@ -11,7 +11,8 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from nightly_assets.artefacts.resources import ArtefactStoreResource, GcsArtefactStoreResource
+from nightly_assets.artefacts.gcs import GcsArtefactStoreResource
+from nightly_assets.artefacts.resources import ArtefactStoreResource
 from nightly_assets.resources import resources_for
 from nightly_assets.results import NightKey, TestCase, TestReport
 from nightly_assets.stage_kinds.night_summary import _prune_artefacts

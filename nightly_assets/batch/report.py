@@ -16,12 +16,13 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-
-from matplotlib.axes import Axes
-from matplotlib.backends.backend_pdf import PdfPages
-from matplotlib.figure import Figure
+from typing import TYPE_CHECKING
 
 from nightly_assets.batch.sweep import SweepRow, row_from_json
+
+if TYPE_CHECKING:  # matplotlib is imported when a report is drawn, not when the code location loads
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 CSV_FIELDS = ("nodes", "ranks_per_node", "trial", "job_id", "status", "value", "duration_s", "message")
 TABLE_ROWS_PER_PAGE = 25
@@ -125,6 +126,8 @@ def _write_pdf(
     *,
     measured: bool,
 ) -> int:
+    from matplotlib.backends.backend_pdf import PdfPages
+
     with PdfPages(path, metadata={"Title": title}) as pdf:
         if not measured:
             pdf.savefig(_text_page(title, [message, *_failures(rows)]))
@@ -132,7 +135,7 @@ def _write_pdf(
         header = ["nodes", "ranks/node", "ok", "failed", "mean", "min", "max", "stddev", "efficiency"]
         for start in range(0, len(stats), TABLE_ROWS_PER_PAGE):
             chunk = stats[start : start + TABLE_ROWS_PER_PAGE]
-            fig = Figure(figsize=_PAGE)
+            fig = _page()
             fig.suptitle(f"{title}\n{message}  ({metric})")
             ax = fig.add_subplot()
             ax.axis("off")
@@ -145,7 +148,7 @@ def _write_pdf(
 
 
 def _throughput_page(stats: list[PointStats], metric: str) -> Figure:
-    fig = Figure(figsize=_PAGE)
+    fig = _page()
     ax = fig.add_subplot()
     for ranks in sorted({s.ranks_per_node for s in stats}):
         line = [s for s in stats if s.ranks_per_node == ranks and s.mean is not None]
@@ -165,7 +168,7 @@ def _throughput_page(stats: list[PointStats], metric: str) -> Figure:
 
 
 def _efficiency_page(stats: list[PointStats]) -> Figure:
-    fig = Figure(figsize=_PAGE)
+    fig = _page()
     ax = fig.add_subplot()
     for ranks in sorted({s.ranks_per_node for s in stats}):
         points = [
@@ -187,6 +190,13 @@ def _efficiency_page(stats: list[PointStats]) -> Figure:
     return fig
 
 
+def _page() -> Figure:
+    """A blank A4 landscape page."""
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=_PAGE)
+
+
 def _nodes_axis(ax: Axes, stats: list[PointStats]) -> None:
     nodes = sorted({s.nodes for s in stats})
     ax.set_xscale("log", base=2)
@@ -196,7 +206,7 @@ def _nodes_axis(ax: Axes, stats: list[PointStats]) -> None:
 
 
 def _text_page(title: str, lines: list[str]) -> Figure:
-    fig = Figure(figsize=_PAGE)
+    fig = _page()
     fig.text(0.05, 0.92, title, fontsize=16, weight="bold")
     fig.text(0.05, 0.85, "\n".join(lines[:40]), fontsize=10, va="top", family="monospace", wrap=True)
     return fig

@@ -111,8 +111,8 @@ class PythonBuildResource(dg.ConfigurableResource):
         if self.wheelhouse:
             if not Path(self.wheelhouse).is_dir():
                 raise PackageSourceError(
-                    f"{WHEELHOUSE_VAR}={self.wheelhouse}: expected a folder of wheels "
-                    "(`make setup` makes the repository's .wheelhouse)"
+                    f"{WHEELHOUSE_VAR}={self.wheelhouse}: expected a folder of wheels (`make setup` "
+                    "makes the repository's .wheelhouse, `nightly init` $NIGHTLY_HOME/wheelhouse)"
                 )
             env["PIP_FIND_LINKS"] = self.wheelhouse
             if not self.index_url:

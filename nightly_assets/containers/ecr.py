@@ -11,9 +11,6 @@ import datetime as dt
 import threading
 from dataclasses import dataclass, field
 
-import boto3
-import botocore.exceptions
-
 # Renew this long before ECR's expiry, so a push that starts on an old token still finishes.
 _RENEW_BEFORE = dt.timedelta(minutes=15)
 
@@ -47,6 +44,10 @@ def ecr_token(region: str, endpoint_url: str | None = None) -> EcrToken:
 
 
 def _fetch(region: str, endpoint_url: str | None) -> EcrToken:
+    # Here, not at the top: boto3 is imported only on hosts that push to ECR.
+    import boto3
+    import botocore.exceptions
+
     where = f"ECR in {region}" + (f" at {endpoint_url}" if endpoint_url else "")
     try:
         client = boto3.session.Session().client("ecr", region_name=region, endpoint_url=endpoint_url)

@@ -9,14 +9,17 @@ pod's container on the runner pool's Docker engine instead, as the docker runner
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import dagster as dg
-import kubernetes  # type: ignore[import-untyped]
 from pydantic import Field
 
-from nightly_assets.kubernetes.pipes import NightlyPipesK8sClient
 from nightly_assets.settings import FromEnv, PositiveSeconds, one_of
+
+# The kubernetes client and dagster-k8s are imported where a cluster is used, not when the code
+# location loads: local mode's stand-in and hosts without a cluster never need them.
+if TYPE_CHECKING:
+    from nightly_assets.kubernetes.pipes import NightlyPipesK8sClient
 
 # The variables that say where the cluster is (resources.py wires each to its field).
 KUBECONFIG_VAR = "NIGHTLY_K8S_KUBECONFIG"
@@ -85,6 +88,8 @@ class KubernetesClusterResource(dg.ConfigurableResource):
     def configure(self) -> None:
         """Point the kubernetes client's default configuration at the cluster (what the client of
         PipesK8sClient reads)."""
+        import kubernetes  # type: ignore[import-untyped]
+
         self.connection()
         try:
             if self.api_url:
@@ -103,6 +108,8 @@ class KubernetesClusterResource(dg.ConfigurableResource):
             raise KubernetesConfigError(f"the cluster at {self.connection()} cannot be used: {exc}") from None
 
     def pipes_client(self) -> NightlyPipesK8sClient:
+        from nightly_assets.kubernetes.pipes import NightlyPipesK8sClient
+
         return NightlyPipesK8sClient(
             self.configure,
             poll_interval_s=float(self.poll_interval_s),

@@ -12,16 +12,19 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nightly_assets.containers.runner import program_command, suite_command
 from nightly_assets.kubernetes.models import KubernetesPlacement
-from nightly_assets.kubernetes.pipes import PodRun
-from nightly_assets.kubernetes.pods import PodSpecBuilder
 from nightly_assets.kubernetes.resources import KubernetesClusterResource
 from nightly_assets.runners import docker
 from nightly_assets.runners.protocol import Capability, RunnerBackend, StageWork, SuiteOutcome
 from nightly_assets.stages import StageNotAvailable, StageSpec
+
+# Every runner kind's module is imported when the code location loads (runners.backends()); the
+# pod modules import the kubernetes client and dagster-k8s, so they wait until a pod is made.
+if TYPE_CHECKING:
+    from nightly_assets.kubernetes.pipes import PodRun
 
 CLUSTER_RESOURCE = "kubernetes"
 
@@ -87,6 +90,8 @@ def run_in_pod(
 ) -> PodRun:
     """A suite (or `program`) in the night's image as a pod of the work's runner; outputs land in
     run.workdir/out. The pod is appended to `pods` for the metadata."""
+    from nightly_assets.kubernetes.pods import PodSpecBuilder
+
     context, environment, run = work.context, work.env, work.run
     cluster: KubernetesClusterResource = work.resources.kubernetes
     placement = placement_of(work)
