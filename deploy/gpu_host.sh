@@ -12,6 +12,8 @@
 #                        interpreter of NIGHTLY_BASE_PYTHON: never the stack's venv itself, whose
 #                        packages, e.g. protobuf, may not suit Dagster)
 #   WORK                 where the venv, DAGSTER_HOME and NIGHTLY_HOME go (default ./nightly-gpu-host)
+#   PIP_NO_DEPS=1        install every wheel of WHEEL_DIR as it is, unresolved (a set trimmed of the
+#                        optional clients: GCS, ECR, Kubernetes, the tf_theta plots)
 set -euo pipefail
 
 if [ $# -lt 2 ]; then
@@ -39,12 +41,15 @@ if [ ! -x "$work/venv/bin/python" ]; then
   # --without-pip: distributions strip ensurepip; the stack's pip installs into it (`pip --python`).
   "$orch_python" -m venv --without-pip "$work/venv"
 fi
+# PIP_NO_DEPS=1: WHEEL_DIR is a trimmed set (the optional clients left out): install it as it is.
+if [ -n "${PIP_NO_DEPS:-}" ]; then wanted=("$wheel_dir"/*.whl); else wanted=(nightly_assets); fi
 "$NIGHTLY_BASE_PYTHON" -m pip --python "$work/venv/bin/python" install --quiet --no-index \
-  --find-links "$wheel_dir" nightly_assets
-"$work/venv/bin/python" -c 'import nightly_assets, sys; print("   nightly_assets from", nightly_assets.__file__)'
+  --find-links "$wheel_dir" "${wanted[@]}"
 
 export DAGSTER_HOME="$work/dagster_home" NIGHTLY_HOME="$work/nightly"
 cd "$work"
+"$work/venv/bin/python" -c 'import nightly_assets; print("   nightly_assets from", nightly_assets.__file__)'
+
 echo "== nightly init"
 "$work/venv/bin/nightly" init
 echo "== GPUs: $(nvidia-smi -L 2>/dev/null || amd-smi list 2>/dev/null || echo none)"
