@@ -61,7 +61,11 @@ def main(argv: list[str] | None = None) -> int:
     culprits.add_argument("pipeline")
     culprits.add_argument("--night", required=True, help="YYYY-MM-DD (UTC)")
     culprits.add_argument("--target", help="one target of the pipeline's matrix (default: all)")
-    sub.add_parser("init", help="set up DAGSTER_HOME (dagster.yaml, pool limits from the catalog)")
+    sub.add_parser(
+        "init",
+        help="set up DAGSTER_HOME (dagster.yaml, pool limits from the catalog) and, in local mode, "
+        "$NIGHTLY_HOME/wheelhouse (offline build backends and test tools)",
+    )
     status = sub.add_parser("status", help="nights x targets x stages with state and test counts")
     status.add_argument("--pipeline", help="only this pipeline")
     status.add_argument("--json", action="store_true", help="machine-readable output")
@@ -208,7 +212,8 @@ def _init(catalog: Catalog) -> int:
     for name in made.missing:
         print(
             f"{made.folder}: no {name} (not installed here): projects whose build-system requires it "
-            f"need {INDEX_URL_VAR} or {WHEELHOUSE_VAR}"
+            f"need {INDEX_URL_VAR} or {WHEELHOUSE_VAR}, or install {name} here, remove the folder and "
+            "run init again"
         )
     print(f"local builds take their packages from {local_package_sources(nightly_home())}")
     return 0
