@@ -37,6 +37,9 @@ def test_lineage_reads_like_the_seed_diagram(graph):
     assert parents("demo/wheels") == {"demo/sources"}
     assert parents("demo/tests_unit") == {"demo/image"}
     assert parents("demo/release") == {"demo/night_summary", "demo/wheels"}
+    assert parents("demo_gpu/environment") == {"demo_gpu/wheels"}
+    assert parents("demo_gpu/tests_gpu_1") == {"demo_gpu/environment"}
+    assert parents("demo_gpu/perf_baseline") == {"demo_gpu/benchmarks"}
     assert parents("dynamo/runtime_image") == {"dynamo/framework_image"}
     assert parents("dynamo/tests_e2e_gpu_2") == {"dynamo/runtime_image"}
     assert parents("tf_theta/deploy") == {"tf_theta/sanity_job"}
