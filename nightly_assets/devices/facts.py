@@ -11,6 +11,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 Vendor = Literal["nvidia", "amd", "none"]
+RUNTIME_LIBRARY_PREFIXES = ("nvidia-", "cuda-", "rocm-", "hip-")
 
 
 class DeviceFacts(BaseModel):
@@ -54,7 +55,11 @@ class DeviceFacts(BaseModel):
             hardware += "".join(
                 f", {part}" for part in (f"driver {self.driver}" if self.driver else "", self.runtime) if part
             )
-        stack = ", ".join(f"{name} {version}" for name, version in sorted(self.frameworks.items()))
+        # The CUDA/ROCm runtime wheels (a dozen on a torch host) are counted, not listed: they key
+        # the baseline all the same, and changes_from names the one that moved.
+        libraries = [n for n in self.frameworks if n.startswith(RUNTIME_LIBRARY_PREFIXES)]
+        named = [f"{n} {v}" for n, v in sorted(self.frameworks.items()) if n not in libraries]
+        stack = ", ".join(named + ([f"{len(libraries)} CUDA/ROCm runtime libraries"] if libraries else []))
         return hardware + (f"; {stack}" if stack else "")
 
     def changes_from(self, earlier: DeviceFacts) -> list[str]:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import os
 
-__version__ = "0.1.0"
+__version__ = importlib.metadata.version("nightlygpu")  # one place: pyproject.toml
 
 
 def matmul_flops(m: int, n: int, k: int) -> int:
