@@ -14,6 +14,7 @@ import json
 import os
 import re
 import zipfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from email.parser import HeaderParser
 from pathlib import Path
@@ -42,8 +43,9 @@ FRAMEWORK_DISTRIBUTION = re.compile(
     r"vllm|sglang|tensorrt-llm|flash-attn|xformers|deepspeed)$"
 )
 
-# Run with the environment's Python: its distributions as name, version and where each lives.
-_LIST_DISTRIBUTIONS = """
+# Run with the environment's Python (on this host, or in the night's image): its distributions as
+# name, version and where each lives, on the last line of its output.
+LIST_DISTRIBUTIONS = """
 import importlib.metadata as md, json, os, sys
 seen = {}
 for dist in md.distributions():
@@ -205,10 +207,22 @@ class FrameworkPackages:
     inherited: list[str]
 
 
+def framework_versions(listing: str, wheels: Sequence[Path] = ()) -> dict[str, str]:
+    """The framework distributions and versions in LIST_DISTRIBUTIONS' output, less the night's own
+    `wheels` (what is tested: their nightly versions must not start a new baseline every night)."""
+    found = json.loads(listing.strip().splitlines()[-1])["distributions"]
+    own = {_wheel_name(w) for w in wheels}
+    return {
+        name: version
+        for name, (version, _) in sorted(found.items())
+        if FRAMEWORK_DISTRIBUTION.match(name) and name not in own
+    }
+
+
 def framework_packages(python: Path, stack: FrameworkStack | None = None) -> FrameworkPackages:
     """Read the environment's framework distributions (by metadata: nothing is imported, so a
     missing driver cannot break it)."""
-    output = run_command([python, "-c", _LIST_DISTRIBUTIONS], timeout_s=120).output
+    output = run_command([python, "-c", LIST_DISTRIBUTIONS], timeout_s=120).output
     found = json.loads(output.strip().splitlines()[-1])["distributions"]
     versions = {
         name: version for name, (version, _) in sorted(found.items()) if FRAMEWORK_DISTRIBUTION.match(name)

@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING, Any
 import dagster as dg
 import docker  # type: ignore[import-untyped]
 import docker.errors  # type: ignore[import-untyped]
+import requests
 
+from nightly_assets.builds.framework_stack import LIST_DISTRIBUTIONS, framework_versions
 from nightly_assets.builds.resources import PythonBuildResource
 from nightly_assets.builds.test_dependencies import TestDependencies
 from nightly_assets.containers import recipes
@@ -29,6 +31,9 @@ if TYPE_CHECKING:  # the stage kind builds this class
 
 NIGHT_LABEL = "nightly.night"
 RUN_ID_CHARS = 8  # the short run id the Dagster UI shows
+
+
+FRAMEWORK_LISTING_TIMEOUT_S = 120  # a cold container start on a busy engine, with room to spare
 
 
 @dataclass
@@ -95,6 +100,7 @@ class ImageStage:
             f"built {built.image_id[:19]} in {built.duration_s:.1f} s, "
             f"{built.cached_steps}/{built.steps} steps from cache"
         )
+        frameworks = self._frameworks_in(client, built.image_id, platform, wheels)
         published, digest, attempts = self._publish(client, built)
         retention = self._retention() if published else {}
         primary = next(iter(published), None)  # the first push_to role: where runners pull from
@@ -109,6 +115,7 @@ class ImageStage:
             "primary_registry": primary,
             "python": self.params.python,
             "rootdir": recipes.WORKDIR,
+            "frameworks": frameworks,
             "build": {
                 "duration_s": round(built.duration_s, 3),
                 "steps": built.steps,
@@ -128,6 +135,7 @@ class ImageStage:
             "architecture": built.architecture,
             "push_attempts": attempts,
             "cache_from": ", ".join(cache_from) or "none",
+            "frameworks": ", ".join(f"{n} {v}" for n, v in frameworks.items()) or "none",
         }
         if published:
             metadata["published"] = dg.MetadataValue.md(
@@ -141,6 +149,42 @@ class ImageStage:
             f", pushed to {', '.join(published)}" if published else ""
         )
         return ImageOutcome(digest or built.image_id, manifest, metadata, detail, published)
+
+    def _frameworks_in(
+        self, client: docker.DockerClient, image_id: str, platform: str, wheels: list[Path]
+    ) -> dict[str, str]:
+        """The framework builds the image's Python imports (torch, jax, the CUDA/ROCm wheels), read
+        by metadata in a throwaway container with no network. An image this engine cannot run (an
+        arm64 image on an amd64 host) or without that Python records none, saying why."""
+        container = None
+        try:
+            container = client.containers.create(
+                image_id,
+                [self.params.python, "-c", LIST_DISTRIBUTIONS],
+                network_disabled=True,
+                platform=platform,
+            )
+            container.start()
+            exit_code = container.wait(timeout=FRAMEWORK_LISTING_TIMEOUT_S).get("StatusCode")
+            output = container.logs(stdout=True, stderr=True).decode(errors="replace")
+            if exit_code != 0:
+                raise ValueError(f"{self.params.python} exited with {exit_code}: {output.strip()[-300:]}")
+            return framework_versions(output, wheels)
+        except (
+            docker.errors.DockerException,
+            requests.RequestException,
+            ValueError,
+            KeyError,
+            OSError,
+        ) as exc:
+            self.log.warning(f"framework versions not read from {image_id[:19]}: {exc}")
+            return {}
+        finally:
+            if container is not None:
+                try:
+                    container.remove(force=True)
+                except docker.errors.DockerException as exc:
+                    self.log.warning(f"container {container.short_id} not removed: {exc}")
 
     def _context(
         self,

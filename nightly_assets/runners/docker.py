@@ -20,6 +20,7 @@ from nightly_assets.containers.runner import (
     suite_command,
 )
 from nightly_assets.containers.wheels import build_wheels_in_container
+from nightly_assets.devices.facts import DeviceFacts
 from nightly_assets.manifests import EnvironmentManifest
 from nightly_assets.process import CommandError
 from nightly_assets.results import TestReport
@@ -115,7 +116,20 @@ def suite_env(work: StageWork) -> dict[str, str]:
 def suite_in_image(work: StageWork) -> TestReport:
     """The suite in the night's image through Dagster Pipes, on the runner label's Docker host."""
     pool: DockerRunnerPoolResource = work.resources.docker_pool
+    _record_devices(work)
     return image_suite(work, pool.devices(work.label).count, functools.partial(run_in_image, work))
+
+
+def _record_devices(work: StageWork) -> None:
+    """What the container gets, as the runner pool declares it (a remote host's cards are not
+    probed), with the image's framework builds: enough to key its results' baselines."""
+    pool: DockerRunnerPoolResource = work.resources.docker_pool
+    spec = pool.devices(work.label)
+    vendor = spec.vendor if spec.count and spec.vendor in ("nvidia", "amd") else "none"
+    facts = DeviceFacts(
+        vendor=vendor, count=spec.count if vendor != "none" else 0, frameworks=work.env.frameworks
+    )
+    work.run.manifest["devices"] = facts.model_dump()
 
 
 def image_suite(work: StageWork, gpus: int, run_in: RunIn) -> TestReport:
@@ -158,6 +172,7 @@ def image_suite(work: StageWork, gpus: int, run_in: RunIn) -> TestReport:
 
 def command_in_image(work: StageWork, argv: list[str], output: str, timeout_s: float) -> Path:
     """`argv` in the night's image; its output file comes back from the run's out folder."""
+    _record_devices(work)
     return image_command(work, argv, output, timeout_s, functools.partial(run_in_image, work))
 
 
