@@ -20,6 +20,7 @@ def test_builtin_catalog_has_the_seed_values():
     catalog = load_catalog()
     assert set(catalog.pipelines) == {
         "demo",
+        "demo_gpu",
         "jax_rocm_rbe",
         "jax_rocm_integration",
         "dynamo",

@@ -67,7 +67,8 @@ class LocalBackend(RunnerBackend):
         workdir = work.run.workdir
         python = work.env.python
         path = workdir / output
-        host = work.resources.test_runner.host_gpus()
+        # Probed only for work that needs GPUs: a plain command starts without asking the driver.
+        host = work.resources.test_runner.host_gpus() if work.gpus else NO_GPUS
         with handed_devices(work, host, work.gpus, timeout_s) as device_env:
             run_command(
                 [python if a == "python" else str(a).replace("{output}", str(path)) for a in argv],
@@ -161,4 +162,5 @@ def handed_devices(work: StageWork, host: HostGpus, count: int, timeout_s: float
         yield visible_devices_env(host.vendor, ids)
 
 
+NO_GPUS = HostGpus(vendor="none", gpus=(), driver="", runtime="")
 BACKEND = LocalBackend()
