@@ -63,7 +63,9 @@ def build_environment_asset(spec: StageSpec) -> dg.AssetsDefinition:
             metadata={
                 "python": str(python),
                 "installed": ", ".join(w.name for w in wheels),
-                "test_dependencies": tests.describe(),
+                "test_dependencies": tests.describe()
+                if tests or stack is None
+                else "none (the framework stack's pytest, else the orchestrator's)",
                 **stack_metadata(run.manifest),
             }
         )
