@@ -359,6 +359,8 @@ def test_demo_night_runs_in_containers_when_an_engine_is_there(
     night = nightly_home / "artefacts/demo/2026-11-03/cpu"
     image = json.loads((night / "image/manifest.json").read_text())
     assert image["mode"] == "image" and image["build"]["architecture"] == "amd64"
+    # Read in the image: no framework there, and the night's own wheel is never one.
+    assert image["frameworks"] == {} and "frameworks_unread" not in image, image.get("frameworks_unread")
     counts = resources["warehouse"].store().suite_counts(key)
     assert counts["tests_unit"]["passed"] == counts["tests_unit"]["total"] == HISTORY[0].expect["unit"] + 1
     assert counts["tests_integration"]["passed"] == HISTORY[0].expect["integration"]

@@ -100,7 +100,7 @@ class ImageStage:
             f"built {built.image_id[:19]} in {built.duration_s:.1f} s, "
             f"{built.cached_steps}/{built.steps} steps from cache"
         )
-        frameworks = self._frameworks_in(client, built.image_id, platform, wheels)
+        frameworks, unread = self._frameworks_in(client, built.image_id, platform, wheels)
         published, digest, attempts = self._publish(client, built)
         retention = self._retention() if published else {}
         primary = next(iter(published), None)  # the first push_to role: where runners pull from
@@ -116,6 +116,7 @@ class ImageStage:
             "python": self.params.python,
             "rootdir": recipes.WORKDIR,
             "frameworks": frameworks,
+            **({"frameworks_unread": unread} if unread else {}),
             "build": {
                 "duration_s": round(built.duration_s, 3),
                 "steps": built.steps,
@@ -152,10 +153,10 @@ class ImageStage:
 
     def _frameworks_in(
         self, client: docker.DockerClient, image_id: str, platform: str, wheels: list[Path]
-    ) -> dict[str, str]:
+    ) -> tuple[dict[str, str], str | None]:
         """The framework builds the image's Python imports (torch, jax, the CUDA/ROCm wheels), read
         by metadata in a throwaway container with no network. An image this engine cannot run (an
-        arm64 image on an amd64 host) or without that Python records none, saying why."""
+        arm64 image on an amd64 host) or without that Python records none, and why."""
         container = None
         try:
             container = client.containers.create(
@@ -169,16 +170,16 @@ class ImageStage:
             output = container.logs(stdout=True, stderr=True).decode(errors="replace")
             if exit_code != 0:
                 raise ValueError(f"{self.params.python} exited with {exit_code}: {output.strip()[-300:]}")
-            return framework_versions(output, wheels)
+            return framework_versions(output, wheels), None
         except (
             docker.errors.DockerException,
             requests.RequestException,
             ValueError,
-            KeyError,
+            LookupError,  # an empty or cut listing
             OSError,
         ) as exc:
             self.log.warning(f"framework versions not read from {image_id[:19]}: {exc}")
-            return {}
+            return {}, str(exc)[:500]
         finally:
             if container is not None:
                 try:
