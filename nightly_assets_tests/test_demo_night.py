@@ -14,6 +14,7 @@ from nightly_assets.catalog.loader import load_catalog
 from nightly_assets.catalog.models import Catalog
 from nightly_assets.definitions import build_definitions
 from nightly_assets.demo.sample_repo import ensure_sample_repo, load_history
+from nightly_assets.devices.facts import DeviceFacts
 from nightly_assets.night import NightOutcome, run_night
 from nightly_assets.resources import resources_for
 from nightly_assets.results import BenchmarkResult, NightKey
@@ -150,13 +151,16 @@ def test_a_perf_regression_alerts_once_with_the_first_bad_night_and_the_suspect_
     # A week of earlier nights in the warehouse around that level, each on its own commit (the
     # sample repository has four commits; a real upstream moves every night).
     tonight = {b.name: b for b in _benchmarks(nights, "2026-11-13")}
+    devices = _devices(nights, "2026-11-13")  # the history ran on this machine's configuration too
     for i, day in enumerate(range(5, 13)):
         night = NightKey("demo", dt.date(2026, 11, day), "cpu")
         nights.store.record_night(
             night, run_id="seeded", status="success", pins={"nightlysample": f"{i:040x}"}
         )
         wobble = 1 + 0.01 * ((-1) ** i) * (i % 3)
-        nights.store.record_benchmarks(night, [replace(b, value=b.value * wobble) for b in tonight.values()])
+        nights.store.record_benchmarks(
+            night, [replace(b, value=b.value * wobble) for b in tonight.values()], devices=devices
+        )
     first = nights.run("2026-11-19")  # 0.3.0: matmul rewritten, several times slower
     assert first.succeeded
     assert not [a for a in nights.alerts() if a["severity"] == "warn"]  # one slow night is no change yet
@@ -199,6 +203,11 @@ def test_a_perf_regression_alerts_once_with_the_first_bad_night_and_the_suspect_
 def _benchmarks(nights, night: str) -> list[BenchmarkResult]:
     manifest = json.loads((nights.home / f"artefacts/demo/{night}/cpu/benchmarks/manifest.json").read_text())
     return [BenchmarkResult(name, **row) for name, row in manifest["benchmarks"].items()]
+
+
+def _devices(nights, night: str) -> DeviceFacts:
+    manifest = json.loads((nights.home / f"artefacts/demo/{night}/cpu/benchmarks/manifest.json").read_text())
+    return DeviceFacts.model_validate(manifest["devices"])
 
 
 def _comparison(nights, night: str) -> dict:
