@@ -52,7 +52,10 @@ def test_status_before_any_night_says_how_to_run_one(dagster_home, capsys):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["run", "nope", "--night", "2026-11-03"], "unknown pipeline 'nope'; the catalog has: demo, demo_gpu, dynamo"),
+        (
+            ["run", "nope", "--night", "2026-11-03"],
+            "unknown pipeline 'nope'; the catalog has: demo, demo_gpu, dynamo",
+        ),
         (["run", "demo", "--night", "03/11/2026"], "--night '03/11/2026': expected a date as YYYY-MM-DD"),
         (["run", "demo", "--night", "20261103"], "--night '20261103': expected a date as YYYY-MM-DD"),
         (["run", "demo", "--night", "2020-01-01"], "pipeline 'demo' has nights from 2026-11-01"),
