@@ -73,6 +73,7 @@ def test_schedule_ticks_queue_one_run_per_target_for_the_night_that_ended(schedu
             "jax_rocm_integration_schedule": 1,
             "tpu_schedule": 1,
             "demo_schedule": 1,
+            "demo_gpu_schedule": 1,
             "torch_spyre_schedule": 2,
             "tf_theta_schedule": 1,
             "dynamo_schedule": 6,
