@@ -75,24 +75,36 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--port", type=int, default=3001)
     args = parser.parse_args(argv)
     try:
-        catalog = load_catalog()
-        if args.command == "init":
-            return _init(catalog)
-        if args.command == "serve":
-            return serve_artefacts(nightly_home() / "artefacts", args.host, args.port)
-        if args.command == "run":
-            return _run(catalog, args.pipeline, args.night, args.target)
-        if args.command == "tests":
-            return _tests(catalog, args)
-        if args.command == "culprits":
-            return _culprits(catalog, args.pipeline, args.night, args.target)
-        return _status(catalog, args.pipeline, args.json)
+        code = _command(args)
+        sys.stdout.flush()  # here, where a reader that has gone is caught, not at exit
+        return code
     except (CatalogError, UsageError, WarehouseError, SettingsError, history_cli.TargetError) as exc:
         print(f"nightly: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # The reader stopped early (`nightly status | head`): it has what it asked for. What is
+        # still buffered has nowhere to go; flushing it at exit would raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except KeyboardInterrupt:
         print("nightly: interrupted", file=sys.stderr)
         return INTERRUPTED
+
+
+def _command(args: argparse.Namespace) -> int:
+    """Run the parsed command; its exit status."""
+    catalog = load_catalog()
+    if args.command == "init":
+        return _init(catalog)
+    if args.command == "serve":
+        return serve_artefacts(nightly_home() / "artefacts", args.host, args.port)
+    if args.command == "run":
+        return _run(catalog, args.pipeline, args.night, args.target)
+    if args.command == "tests":
+        return _tests(catalog, args)
+    if args.command == "culprits":
+        return _culprits(catalog, args.pipeline, args.night, args.target)
+    return _status(catalog, args.pipeline, args.json)
 
 
 INTERRUPTED = 130  # 128 + SIGINT, for Ctrl-C and SIGTERM alike

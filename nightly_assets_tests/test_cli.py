@@ -4,7 +4,10 @@ import datetime as dt
 import json
 import os
 import signal
+import subprocess
+import sys
 import uuid
+from pathlib import Path
 
 import dagster as dg
 import pytest
@@ -404,3 +407,21 @@ def test_status_on_a_database_that_is_down_says_so_in_one_line_within_seconds(
     assert main(["status"]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and "Connection refused" in lines[0], lines
+
+
+def test_status_into_a_reader_that_stops_early_ends_quietly(dagster_home, nightly_home):
+    """`nightly status | head`: the reader leaves after a line; no BrokenPipeError traceback."""
+    store = Warehouse(f"sqlite:///{nightly_home}/warehouse.sqlite")
+    for offset in range(400):  # far more output than a pipe holds (64 KiB)
+        night = NightKey("demo", dt.date(2026, 11, 1) + dt.timedelta(days=offset), "cpu")
+        store.record_night(night, run_id=f"run{offset}", status="success", pins={"nightlysample": "a" * 40})
+    store.dispose()
+    nightly = Path(sys.executable).parent / "nightly"
+    reader = subprocess.Popen(
+        [nightly, "status", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert reader.stdout is not None and reader.stdout.readline().startswith("[")
+    reader.stdout.close()  # as `head -1` does
+    _, errors = reader.communicate(timeout=120)
+    assert reader.returncode == 0, errors
+    assert "Traceback" not in errors and "BrokenPipe" not in errors, errors
