@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from email.parser import HeaderParser
 from pathlib import Path
+from typing import Any
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
@@ -160,7 +161,7 @@ def check_wheels_fit(stack: FrameworkStack, wheels: list[Path], where: str) -> N
         except InvalidWheelFilename:
             continue  # the wheels stage's own check names a bad file
         interpreters = {tag.interpreter for tag in tags}
-        fits = any(_interpreter_fits(i, tag.abi, major, minor) for tag in tags for i in [tag.interpreter])
+        fits = any(_interpreter_fits(tag.interpreter, tag.abi, major, minor) for tag in tags)
         if not fits:
             raise FrameworkStackError(
                 f"{where}: base_python {stack.python} is Python {stack.version}, but the night's wheel "
@@ -219,14 +220,14 @@ def framework_versions(listing: str, wheels: Sequence[Path] = ()) -> dict[str, s
     }
 
 
-def framework_packages(python: Path, stack: FrameworkStack | None = None) -> FrameworkPackages:
-    """Read the environment's framework distributions (by metadata: nothing is imported, so a
-    missing driver cannot break it)."""
+def framework_packages(
+    python: Path, stack: FrameworkStack | None = None, wheels: Sequence[Path] = ()
+) -> FrameworkPackages:
+    """Read the environment's framework distributions, less the night's own `wheels` (by metadata:
+    nothing is imported, so a missing driver cannot break it)."""
     output = run_command([python, "-c", LIST_DISTRIBUTIONS], timeout_s=120).output
+    versions = framework_versions(output, wheels)
     found = json.loads(output.strip().splitlines()[-1])["distributions"]
-    versions = {
-        name: version for name, (version, _) in sorted(found.items()) if FRAMEWORK_DISTRIBUTION.match(name)
-    }
     stack_dirs = [os.path.realpath(d) for d in stack.site_dirs] if stack else []
     inherited = [name for name in versions if any(Path(found[name][1]).is_relative_to(d) for d in stack_dirs)]
     return FrameworkPackages(versions, inherited)
@@ -249,11 +250,10 @@ def stack_record(python: Path, stack: FrameworkStack | None, wheels: list[Path])
     """What a manifest keeps of the environment's stack: the stack, and every framework package's
     version with those inherited from the stack named. The night's own wheels are left out: they
     are what is tested, and their nightly versions must not start a new baseline every night."""
-    packages = framework_packages(python, stack)
-    own = {_wheel_name(w) for w in wheels}
+    packages = framework_packages(python, stack, wheels)
     return {
         "framework_stack": {"python": str(stack.python), "version": stack.full_version} if stack else None,
-        "frameworks": {n: v for n, v in packages.versions.items() if n not in own},
+        "frameworks": packages.versions,
         "inherited": packages.inherited,
     }
 
@@ -265,18 +265,14 @@ def _wheel_name(wheel: Path) -> str:
         return wheel.name
 
 
-def stack_metadata(manifest: dict[str, object]) -> dict[str, str]:
-    """The stack and framework versions as asset metadata (what the UI shows for the environment)."""
-    stack = manifest.get("framework_stack")
-    frameworks = manifest.get("frameworks") or {}
-    inherited = set(manifest.get("inherited") or [])  # type: ignore[call-overload]
+def stack_metadata(manifest: dict[str, Any]) -> dict[str, str]:
+    """The stack and framework versions (what `stack_record` wrote) as asset metadata."""
+    stack = manifest["framework_stack"]
+    inherited = set(manifest["inherited"])
     return {
-        "framework_stack": f"{stack['python']} (Python {stack['version']})"
-        if isinstance(stack, dict)
-        else "none",
+        "framework_stack": f"{stack['python']} (Python {stack['version']})" if stack else "none",
         "frameworks": ", ".join(
-            f"{n} {v}" + (" (stack)" if n in inherited else "")
-            for n, v in frameworks.items()  # type: ignore[attr-defined]
+            f"{n} {v}" + (" (stack)" if n in inherited else "") for n, v in manifest["frameworks"].items()
         )
         or "none",
     }
