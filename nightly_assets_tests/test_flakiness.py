@@ -102,17 +102,44 @@ def test_a_new_failure_tonight_is_broken_and_a_repo_added_that_night_is_a_suspec
     assert verdict.suspects == {"plugin": ("p3", "p4"), "xla": (None, "x1")}
 
 
-def test_a_flaky_test_failing_one_night_is_flaky_and_two_nights_broken():
-    flaky_past = {"n1": at(1, "passed", attempts=2)}
+def test_a_flaky_test_failing_is_flaky_while_its_failure_rate_explains_the_streak_then_broken():
+    flaky_past = {"n1": at(1, "passed", attempts=2)}  # 1 failed attempt of 5 before: 2/7 by Laplace
     one_night = classify(history("PPPPF", **flaky_past))
     assert one_night.state == "flaky"
-    assert one_night.reason.startswith("failed every attempt on 2026-11-05, one night of a flaky test")
-    two_nights = classify(history("PPPPFF", **flaky_past))
-    assert two_nights.state == "broken"
-    assert (two_nights.first_bad, two_nights.last_good) == (day(4), day(3))
-    assert two_nights.suspects == {"plugin": ("p3", "p4")}
-    assert two_nights.flaky_evidence == 1
-    assert two_nights.reason.endswith("flaky before (1 piece of evidence)")
+    assert one_night.reason.startswith(
+        "failed every attempt on 2026-11-05 (1 attempt, 28.6% by chance), a flaky test's failure"
+    )
+    # Unconfirmed failures (one attempt a night) on a short history: the threshold is 1 % over
+    # the usable nights, (2/7)^5 = 0.19 % > 1 % / 9 nights, (2/7)^6 = 0.05 % <= 1 % / 10 nights.
+    assert classify(history("PPPPFF", **flaky_past)).state == "flaky"
+    assert classify(history("PPPPFFFFF", **flaky_past)).state == "flaky"
+    six_nights = classify(history("PPPPFFFFFF", **flaky_past))
+    assert six_nights.state == "broken"
+    assert (six_nights.first_bad, six_nights.last_good) == (day(4), day(3))
+    assert six_nights.suspects == {"plugin": ("p3", "p4")}
+    assert six_nights.flaky_evidence == 1
+    assert six_nights.reason.endswith("flaky before (1 piece of evidence)")
+
+
+def test_confirmation_re_runs_that_all_fail_make_a_rarely_flaky_test_broken_on_the_first_night():
+    rare = {"n1": at(1, "passed", attempts=2)}  # 1 failed attempt of 30 before: 2/32 by Laplace
+    confirmed = classify(history("P" * 29 + "F", **rare, n29=at(29, "failed", attempts=3)))
+    assert confirmed.state == "broken"  # (1/16)^3 = 0.024 % <= 1 % / 30 nights
+    assert confirmed.first_bad == day(29)
+    assert classify(history("P" * 29 + "F", **rare)).state == "flaky"  # one attempt: 1/16 is its luck
+    # A test failing about half its attempts fails three in a row one night in eight: flaky, and
+    # two such nights in a row too (1.6 %), three are broken.
+    half = {f"n{n}": at(n, "passed", attempts=2) for n in range(0, 8, 2)}
+    for nights, state in ((1, "flaky"), (2, "flaky"), (3, "broken")):
+        failed = {f"n{8 + n}": at(8 + n, "failed", attempts=3) for n in range(nights)}
+        assert classify(history("P" * 8 + "F" * nights, **half, **failed)).state == state, nights
+
+
+def test_a_pass_on_a_confirmation_re_run_is_same_commit_flaky_evidence():
+    verdict = classify(history("PPPPP", n4=at(4, "passed", attempts=3)))
+    assert verdict.state == "flaky"
+    assert verdict.reason == "passed on retry on 2026-11-05"
+    assert not in_quarantine(history("PPPPP", n4=at(4, "passed", attempts=3)), clean_nights=0)
 
 
 def test_a_failure_with_unchanged_pins_is_a_flake_for_one_night_and_broken_for_two():
@@ -153,7 +180,10 @@ def test_quarantine_lasts_until_enough_consecutive_clean_nights():
     assert in_quarantine(history("PPPPPF", **flaky), clean_nights=3)
     # never a stable or broken test
     assert not in_quarantine(history("PPPPP"), clean_nights=3)
-    assert not in_quarantine(history("PPPPPFF", **flaky), clean_nights=3)
+    confirmed = {f"n{n}": at(n, "failed", attempts=3) for n in (5, 6)}
+    assert classify(history("PPPPPFF", **flaky, **confirmed)).state == "broken"
+    assert not in_quarantine(history("PPPPPFF", **flaky, **confirmed), clean_nights=3)
+    assert in_quarantine(history("PPPPPFF", **flaky), clean_nights=3)  # unconfirmed: still its flakes
 
 
 def test_too_few_usable_nights_is_insufficient_unless_the_evidence_needs_no_history():

@@ -14,13 +14,21 @@ the first attempt with no re-run disagreeing. Over the usable nights, oldest fir
   breakage fixed the next day; two or more make the test flaky. A failed streak of two or more
   nights that recovered is no blip: it was broken while it lasted, then fixed.
 * Broken: a streak of failed nights reaching the newest night (infra and skipped nights neither
-  start nor break it). Two or more nights are broken whatever the test's past: flaky never hides
-  broken. One night (a new failure) is broken unless the test is known to be flaky (its
-  evidence, the flip into that night with unchanged pins included): then it is that test's
-  flaky failure, and broken if it fails again the next night. The streak's first night is
-  `first_bad`, the usable night before it `last_good`, and every repository whose pin differs
-  between the two is a suspect (None on the side that lacks it). A test that failed on every
-  usable night is broken once it has `min_nights` of them (no last_good, no suspects).
+  start nor break it). For a test with no flaky evidence before the streak, two or more nights
+  are broken, and so is one night unless the flip into it had unchanged pins (then it is a flake
+  until it fails again). A test known to be flaky before the streak is broken once its own
+  flakiness no longer explains the streak: the chance that every attempt of the streak failed
+  by chance, at the test's failure rate per attempt before it (Laplace's rule of succession:
+  (failed + 1) / (attempts + 2)), is at most FALSE_BROKEN_CHANCE spread over the usable nights
+  of the window (Bonferroni: the test is judged again every night). Attempts count: the final
+  run's attempts (a suite's own retries and the confirmation re-runs of a failure, which record
+  a pass as a pass after that many attempts) and one per earlier run. So flaky never hides
+  broken for long: a flaky test failing three confirmed attempts a night is broken within a
+  night or two unless it fails about half its attempts, and every failed night shrinks the
+  chance further. The streak's first night is `first_bad`, the usable night before it
+  `last_good`, and every repository whose pin differs between the two is a suspect (None on the
+  side that lacks it). A test that failed on every usable night is broken once it has
+  `min_nights` of them (no last_good, no suspects).
 * Fewer than `min_nights` usable nights is insufficient, unless the verdict needs no more
   history: a failed streak after a pass, or flaky evidence.
 * Otherwise the test is stable: a breakage that was fixed included.
@@ -45,6 +53,10 @@ from typing import Literal
 State = Literal["stable", "flaky", "broken", "insufficient"]
 RAN = frozenset({"passed", "failed", "error"})  # skipped (or collect-only "collected") is no evidence
 MIN_BLIPS = 2  # one-night failures that make a test flaky without same-commit evidence
+# The chance we accept that one flaky test is called broken by chance over its window: a false
+# broken verdict alerts and starts a culprit search, a true one missed tonight alerts tomorrow,
+# so it is the conventional 1 % significance level rather than 5 %.
+FALSE_BROKEN_CHANCE = 0.01
 SHOWN = 3  # pieces of evidence a reason names
 
 
@@ -142,6 +154,8 @@ class _Night:
     runs: int  # the final run and the earlier ones
     passes: int  # runs that ended passed (after retries or not)
     retried: bool  # the final run passed after failed attempts
+    attempts: int  # of every run: the final run's own, one per earlier run (its attempts are not kept)
+    failures: int  # failed attempts among them
 
     @property
     def failed(self) -> bool:  # every attempt of every run
@@ -167,7 +181,9 @@ def _usable(history: Sequence[Observation], infra: AbstractSet[dt.date]) -> list
         outcomes = [*(o for o in obs.earlier if o in RAN), obs.outcome]
         passes = sum(o == "passed" for o in outcomes)
         retried = obs.outcome == "passed" and obs.attempts > 1
-        nights.append(_Night(obs.night, obs.pins, len(outcomes), passes, retried))
+        attempts = max(obs.attempts, 1) + len(outcomes) - 1
+        failures = attempts - passes
+        nights.append(_Night(obs.night, obs.pins, len(outcomes), passes, retried, attempts, failures))
     return nights
 
 
@@ -196,6 +212,14 @@ def _evidence(nights: Sequence[_Night]) -> list[_Evidence]:
 
 def _is_flaky(evidence: Sequence[_Evidence]) -> bool:
     return any(not e.blip for e in evidence) or sum(e.blip for e in evidence) >= MIN_BLIPS
+
+
+def _by_chance(nights: Sequence[_Night], start: int) -> float:
+    """The chance that a flaky test fails every attempt of the streak from `start` on, at its
+    failure rate per attempt before the streak (Laplace's rule: never 0 or 1 from a few attempts)."""
+    before = nights[:start]
+    rate = (sum(n.failures for n in before) + 1) / (sum(n.attempts for n in before) + 2)
+    return float(rate ** sum(n.attempts for n in nights[start:]))
 
 
 def _describe(evidence: Sequence[_Evidence]) -> str:
@@ -244,12 +268,27 @@ def classify(
     while start and nights[start - 1].failed:
         start -= 1
     streak = len(nights) - start
-    if streak and (start or len(nights) >= min_nights) and (streak >= 2 or not flaky):
-        return _broken(nights, start, evidence, pass_rate)
+    if streak and (start or len(nights) >= min_nights):
+        chance = None
+        if _is_flaky([e for e in evidence if e.at < start]):
+            chance = _by_chance(nights, start)
+            broken = chance <= FALSE_BROKEN_CHANCE / len(nights)
+        else:  # the flip into a single failed night with unchanged pins is a flake until it fails again
+            broken = streak >= 2 or not flaky
+        if broken:
+            return _broken(nights, start, evidence, pass_rate)
     if flaky:
         reason = _describe(evidence)
         if streak:
-            reason = f"failed every attempt on {nights[-1].night}, one night of a flaky test; {reason}"
+            attempts = sum(n.attempts for n in nights[start:])
+            failing = (
+                f"failed every attempt on {nights[-1].night}"
+                if streak == 1
+                else f"failed every attempt on {streak} nights since {nights[start].night}"
+            )
+            odds = f", {chance:.1%} by chance" if chance is not None else ""
+            tried = f"{attempts} attempt{'s' * (attempts > 1)}{odds}"
+            reason = f"{failing} ({tried}), a flaky test's failure; {reason}"
         return Verdict("flaky", reason, flaky_evidence=len(evidence), pass_rate=pass_rate)
     left_out = (
         f"; {len(history) - len(nights)} infra or skipped left out" if len(history) > len(nights) else ""
