@@ -12,9 +12,10 @@ when the suite failed wholesale (an infra failure would re-run everything).
 
 * Flaky: 8 % of the tests fail an attempt with a chance drawn log-uniform from 0.1 % to 50 % (flake
   rates span orders of magnitude: the rare ones are those whose evidence ages out of the window),
-  trending over the nights to between a quarter and four times that. On the night the bazel_gpu
-  runner's GPUs are replaced, 2 % of its stable tests start flaking and its flaky ones draw new
-  rates; on the night a jax bump lands, 1 % of pytest_models' tests start flaking. On 5 % of a
+  trending over the nights to between a quarter and four times that (at most 50 %: a test failing
+  more than half its attempts is kept by nobody). On the night the bazel_gpu runner's GPUs are
+  replaced, 2 % of its stable tests start flaking, and on the night a jax bump lands 1 % of
+  pytest_models' tests; the suite's flaky tests draw new rates from then on. On 5 % of a
   suite's nights the machine is loaded: the flaky tests fail twice as often, re-runs included
   (they run right after, on the same machine).
 * Broken: BREAKS breaking commits on random nights, each breaking one to ten tests of one suite
@@ -54,6 +55,9 @@ from dataclasses import dataclass, field
 
 from nightly_assets.testing.flakiness import Observation, Pins, classify, infra_nights, is_wholesale
 
+# The issue's replay (issue #26): 180 nights x 5,000 tests, 8 % flaky, half the suites not
+# retrying, a 30-night window; the other figures are the earlier benchmark's, stated in the
+# docstring, none tuned to the verdicts (other seeds give the same picture: see the report).
 SEED = 20261126
 NIGHTS = 180
 WINDOW = 30  # the test_health stage's default window (TestHealthParams.nights)
@@ -68,8 +72,11 @@ SUITES = {  # suite: (attempts a failed test gets from its own runner, tests)
     "pytest_models": (1, 440),
     "smoke": (1, 60),
 }
-CONFIRM_ATTEMPTS = 2  # the test_suite stage's confirmation re-runs of a failure (its default)
-CONFIRM_MAX_TESTS = 50  # failing tests a suite re-runs at most a night (its default cap)
+# The test_suite stage's confirmation as the catalog's `confirm:` defaults have it: re-runs of a
+# test that failed all its runner's attempts, at most so many failing tests a suite-night (the
+# first in the report's order), none when the suite failed wholesale.
+CONFIRM_ATTEMPTS = 2
+CONFIRM_MAX_TESTS = 50
 FLAKY_SHARE = 0.08
 FLAKE_RATES = (0.001, 0.5)  # a flaky test's chance to fail an attempt, drawn log-uniform
 TREND = 4.0  # its rate at the end: between 1/TREND and TREND times its rate at the start
@@ -89,8 +96,9 @@ class SimTest:
     index: int
     suite: str
     attempts: int  # its runner's own
-    flaky_since: int = NIGHTS  # the night it starts flaking (NIGHTS: never)
-    rates: tuple[float, float] = (0.0, 0.0)  # its chance to fail an attempt then and on the last night
+    # (night, rate then, rate at the next phase or the end): its chance to fail an attempt, from
+    # the night on, trending linearly; none: never flaky
+    phases: list[tuple[int, float, float]] = field(default_factory=list)
     breaks: list[tuple[int, int]] = field(default_factory=list)  # [start, end) nights
     skip_rate: float = 0.0
     first: int = 0  # the night it was added
@@ -98,13 +106,16 @@ class SimTest:
     seen: dict[str, list[Observation]] = field(default_factory=dict)
 
     def fail_rate(self, night: int) -> float:
-        if night < self.flaky_since:
+        if not self.phases:
             return 0.0
-        start, end = self.rates
-        return start + (end - start) * (night - self.flaky_since) / max(NIGHTS - 1 - self.flaky_since, 1)
+        ends = [since for since, _, _ in self.phases[1:]] + [NIGHTS]
+        for (since, start, end), until in zip(self.phases, ends, strict=True):
+            if since <= night < until:
+                return start + (end - start) * (night - since) / max(until - 1 - since, 1)
+        return 0.0
 
     def flaky_in(self, first: int, last: int) -> bool:
-        return self.flaky_since <= last and any(self.fail_rate(n) > 0 for n in range(first, last + 1))
+        return any(self.fail_rate(n) > 0 for n in range(first, last + 1))
 
     def broken_on(self, night: int) -> bool:
         return any(start <= night < end for start, end in self.breaks)
@@ -123,7 +134,7 @@ def _tests(rng: random.Random) -> tuple[list[SimTest], set[tuple[int, str]]]:
         for _ in range(count):
             test = SimTest(len(tests), suite, attempts)
             if rng.random() < FLAKY_SHARE:
-                test.flaky_since, test.rates = 0, _rates(rng)
+                test.phases = [(0, *_rates(rng))]
             roll = rng.random() if suite != "smoke" else 1.0  # smoke: small, never skipped
             if roll < 0.005:
                 test.skip_rate = 1.0
@@ -134,8 +145,8 @@ def _tests(rng: random.Random) -> tuple[list[SimTest], set[tuple[int, str]]]:
             tests.append(test)
     for night, suite, share in (GPU_SWAP, JAX_BUMP):
         for test in tests:
-            if test.suite == suite and (test.flaky_since < NIGHTS or rng.random() < share):
-                test.flaky_since, test.rates = night, _rates(rng)
+            if test.suite == suite and (test.phases or rng.random() < share):
+                test.phases.append((night, *_rates(rng)))
     forced = {(JAX_BUMP[0], "jax")}
     by_suite = {suite: [t for t in tests if t.suite == suite] for suite in SUITES}
     for _ in range(BREAKS):
@@ -406,7 +417,7 @@ def main() -> dict[str, float]:
     start = time.perf_counter()
     tests, _, observer, cost = _simulate(rng)
     simulated = time.perf_counter() - start
-    flaky = sum(t.flaky_since < NIGHTS for t in tests)
+    flaky = sum(bool(t.phases) for t in tests)
     no_retry = sum(count for attempts, count in SUITES.values() if attempts == 1)
     print(
         f"flaky detection, the alert stream: {NIGHTS} nights x {len(tests):,} tests in {len(SUITES)} suites"
