@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import datetime as dt
 
+from benchmarks import flaky_detection
+from nightly_assets.stage_kinds.test_health import TestHealthParams
 from nightly_assets.testing import health
 from nightly_assets.testing.flakiness import Observation, infra_nights
 from nightly_assets.warehouse.evidence import Histories
@@ -103,3 +105,7 @@ def test_without_confirmation_flakes_whose_evidence_aged_out_alert_as_broken():
     rare = {t for t, _ in alerts if t.startswith("test_rare_")}
     assert rare == {f"test_rare_{i}" for i in range(4)}  # one failed night, its evidence aged out
     assert len(alerts) > 5
+
+
+def test_the_benchmark_and_this_replay_judge_over_the_stages_window():
+    assert flaky_detection.WINDOW == WINDOW == TestHealthParams.model_fields["nights"].default
