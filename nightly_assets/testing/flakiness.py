@@ -23,9 +23,10 @@ the first attempt with no re-run disagreeing. Over the usable nights, oldest fir
   of the window (Bonferroni: the test is judged again every night). Attempts count: the final
   run's attempts (a suite's own retries and the confirmation re-runs of a failure, which record
   a pass as a pass after that many attempts) and one per earlier run. So flaky never hides
-  broken for long: a flaky test failing three confirmed attempts a night is broken within a
-  night or two unless it fails about half its attempts, and every failed night shrinks the
-  chance further. The streak's first night is `first_bad`, the usable night before it
+  broken for long: over 30 usable nights, a flaky test failing three attempts a night (two
+  confirmation re-runs) is broken on its first failed night if it failed under 7 % of its
+  attempts before, on the second under 26 %, by the fourth at 50 %. The streak's first night is
+  `first_bad`, the usable night before it
   `last_good`, and every repository whose pin differs between the two is a suspect (None on the
   side that lacks it). A test that failed on every usable night is broken once it has
   `min_nights` of them (no last_good, no suspects).
