@@ -105,17 +105,21 @@ class Assessment:
 
 def assess(series: Sequence[Point], *, lower_is_better: bool, settings: Settings = Settings()) -> Assessment:
     """Replay `series` (oldest night first) and say where its newest night stands."""
-    detector = _Replay(series, lower_is_better, settings)
-    for t in range(len(series)):
-        detector.step(t)
-    return detector.assessment()
+    replay = Replay(lower_is_better, settings)
+    for point in series:
+        replay.add(point)
+    return replay.assessment()
 
 
-class _Replay:
-    def __init__(self, series: Sequence[Point], lower_is_better: bool, settings: Settings) -> None:
-        self.points = list(series)
-        self.values = [p.value for p in self.points]
-        self.index = {p.night: i for i, p in enumerate(self.points)}
+class Replay:
+    """The detector, one night at a time: `add` each night as it arrives (what `assess` does with a
+    whole series); `remeasured` replaces the newest night's value by a re-measurement of it and
+    judges that night again, as if the first value had never been seen."""
+
+    def __init__(self, lower_is_better: bool, settings: Settings = Settings()) -> None:
+        self.points: list[Point] = []
+        self.values: list[float] = []
+        self.index: dict[dt.date, int] = {}
         self.sign = 1.0 if lower_is_better else -1.0  # makes "worse" positive
         self.s = settings
         self.start = 0  # first index of the current regime
@@ -124,6 +128,25 @@ class _Replay:
         self.new: ChangePoint | None = None
         self.new_nights = 0  # the nights that made the old level of `new`
         self.suspect = False
+        self._before_newest: tuple[int, tuple[int, int] | None, list[ChangePoint]] = (0, None, [])
+
+    def add(self, point: Point) -> ChangePoint | None:
+        """Judge one more night; returns the change it confirms (what alerts), if any."""
+        self.index[point.night] = len(self.points)
+        self.points.append(point)
+        self.values.append(point.value)
+        self._before_newest = (self.start, self.previous, list(self.found))
+        self.step(len(self.points) - 1)
+        return self.new
+
+    def remeasured(self, value: float) -> ChangePoint | None:
+        """Judge the newest night again with `value` in place of the one `add` judged."""
+        self.start, self.previous, found = self._before_newest
+        self.found = list(found)
+        self.points[-1] = dataclasses.replace(self.points[-1], value=value)
+        self.values[-1] = value
+        self.step(len(self.points) - 1)
+        return self.new
 
     def step(self, t: int) -> None:
         self.new, self.suspect = None, False
@@ -262,3 +285,9 @@ def _commits(good: Pins, bad: Pins) -> dict[str, tuple[str | None, str | None]]:
         for repo in sorted(old.keys() | new.keys())
         if old.get(repo) != new.get(repo)
     }
+
+
+def confirms(change: ChangePoint, value: float) -> bool:
+    """Whether a re-measurement of the night that confirmed `change` lies in its new regime: nearer
+    the new level than the old (the nearer of the two levels; no threshold of its own to choose)."""
+    return abs(value - change.after) < abs(value - change.before)
