@@ -12,6 +12,10 @@ level, in one direction, by
 - a rank test: each of them beyond the `rank` quantile of the regime's recent nights, so the
   second mode of a bimodal timing or a recent outlier is no shift.
 
+The noise is never less than the night-to-night spread (the MAD of the steps between consecutive
+nights, over sqrt(2)): a level that wanders, a random walk or a drift, is wider noise, not a
+change each time it has wandered far from its median.
+
 A weekly pattern (weekend nights on a quieter cluster) is taken out first: when the regime's last
 `season_window` nights differ by weekday (a Kruskal-Wallis test at 1 %), each night is compared
 after its weekday's offset, so the swing neither hides a step as noise nor alerts as one.
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import itertools
 import math
 import statistics
 from collections.abc import Mapping, Sequence
@@ -58,6 +63,9 @@ class Settings:
     # Nights a weekly pattern is looked for in: five of each weekday, where the weekday test's
     # chi-square approximation holds (its usual rule: five per group).
     season_window: int = 35
+    # The noise is at least the night-to-night spread (below): off, the detector as it was before
+    # (regression_detection's comparison).
+    step_noise: bool = True
 
 
 @dataclass(frozen=True)
@@ -268,6 +276,13 @@ class Replay:
         if offsets:  # a weekly pattern: each night after its weekday's offset, night by night
             ref = [seasonless(i) for i in range(max(self.start, c - self.s.window), c)]
         noise = self._noise(ref, level)
+        if self.s.step_noise and len(ref) >= 4:
+            # A level that wanders (a random walk, a drift) spreads night to night more than around
+            # its median: the noise is the larger of the two (the MAD of the steps, over sqrt(2)
+            # since a step holds two nights' noise); four nights give three steps, the fewest
+            # whose median ignores one outlier.
+            steps = [abs(b - a) for a, b in itertools.pairwise(ref)]
+            noise = max(noise, statistics.median(steps) * 1.4826 / math.sqrt(2))
         post = [(seasonless(i) - level) * self.sign for i in range(c, t + 1)]
         m = len(post)
         z = self.s.z_two if m <= 2 or single else self.s.z_three if m == 3 else self.s.z_more
