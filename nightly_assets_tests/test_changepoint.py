@@ -138,3 +138,17 @@ def test_a_remeasurement_that_lies_at_the_old_level_withdraws_the_change() -> No
     later = replay.add(Point.of(night(15), 113.1))
     assert later is not None and (later.first_bad, later.confirmed) == (night(14), night(15))
     assert assess(series(values), lower_is_better=True).new == change  # what a replay finds anew
+
+
+def test_a_wandering_level_is_wider_noise_not_a_change() -> None:
+    """A random walk (1.2 % a night, 0.3 % measurement noise): its climb to 105.7 and 108.6 on
+    nights 7 and 8 is a few of its own steps, which the night-to-night spread shows; measured
+    against the spread around its median alone, it is a change."""
+    walk = [
+        *(102.0, 102.3, 99.6, 101.4, 101.0, 104.9, 106.7, 105.7, 108.6, 108.2, 106.9, 105.0, 103.4),
+        *(102.4, 101.5, 100.5, 102.0, 101.0, 100.8, 100.1, 100.4, 104.5, 105.7, 106.6, 105.7, 104.0),
+        *(103.8, 105.0, 105.4, 104.1, 104.6, 106.4, 105.5, 104.7, 103.8, 102.5, 102.9, 102.1, 103.2),
+    ]
+    assert [c for c in assess(series(walk), lower_is_better=True).change_points if c.worse] == []
+    spread_ignored = assess(series(walk), lower_is_better=True, settings=Settings(step_noise=False))
+    assert [c.first_bad for c in spread_ignored.change_points if c.worse] == [night(7)]
