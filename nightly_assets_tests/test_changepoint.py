@@ -2,7 +2,9 @@
 
 import datetime as dt
 
-from nightly_assets.benchmarks.changepoint import Point, assess
+import pytest
+
+from nightly_assets.benchmarks.changepoint import Point, Replay, Settings, _kruskal_wallis, assess, confirms
 
 START = dt.date(2026, 10, 1)
 NOISE = [0.0, 0.004, -0.003, 0.002, -0.001, 0.003, -0.004, 0.001, -0.002, 0.0, 0.002, -0.003]
@@ -85,3 +87,68 @@ def test_a_second_step_after_the_level_settled_alerts_again() -> None:
     worse = [c for c in assess(series(values), lower_is_better=True).change_points if c.worse]
     assert [c.first_bad for c in worse] == [night(30), night(38)]
     assert round(worse[1].before) == 110 and round(worse[1].after) == 125
+
+
+def weekly(n: int, swing: float, step_at: int | None = None, step: float = 0.0) -> list[float]:
+    """Nights whose Saturday and Sunday run `swing` slower (a busier weekend cluster), with a step
+    of `step` from night `step_at` on. START is a Thursday: nights 2 and 3 are the first weekend."""
+    values = []
+    for i in range(n):
+        weekend = night(i).weekday() >= 5
+        level = 100.0 * (1 + step if step_at is not None and i >= step_at else 1.0)
+        values.append(level * (1 + (swing if weekend else 0.0)) * (1 + NOISE[i % len(NOISE)]))
+    return values
+
+
+def test_a_weekly_swing_neither_alerts_nor_hides_a_step() -> None:
+    assert night(2).weekday() == 5
+    swing = weekly(70, 0.08)
+    assert [c for c in assess(series(swing), lower_is_better=True).change_points if c.worse] == []
+    # A 6 % regression on a Monday after ten weeks: the weekday offsets make it stand out.
+    stepped = weekly(80, 0.08, step_at=74, step=0.06)
+    assert night(74).weekday() == 0
+    worse = [c for c in assess(series(stepped), lower_is_better=True).change_points if c.worse]
+    assert [c.first_bad for c in worse] == [night(74)] and worse[0].confirmed <= night(76)
+    # Without looking for a weekly pattern the weekend before the step is taken for its start.
+    blind = assess(series(stepped), lower_is_better=True, settings=Settings(season_window=0))
+    assert [c.first_bad for c in blind.change_points if c.worse] == [night(72)]
+
+
+def test_the_weekday_test_statistic() -> None:
+    # Ranks 1, 2 | 3, 4: H = 12 / (4 * 5) * (3**2 / 2 + 7**2 / 2) - 3 * 5 = 2.4.
+    assert _kruskal_wallis([[1.0, 2.0], [3.0, 4.0]]) == pytest.approx(2.4)
+    # Tied values share a rank and H is corrected for them (as scipy.stats.kruskal does).
+    tied = [[1.0, 2.0], [2.0, 3.0], [3.0, 3.0], [1.0, 1.0], [5.0, 5.0], [4.0, 2.0], [6.0, 6.0]]
+    assert _kruskal_wallis(tied) == pytest.approx(11.7324263)
+    assert _kruskal_wallis([[1.0, 1.0], [1.0, 1.0]]) == 0.0
+
+
+def test_a_remeasurement_that_lies_at_the_old_level_withdraws_the_change() -> None:
+    values = [*stable(12), 113.0, 113.5]  # nights 12 and 13 would confirm a 13 % regression
+    replay = Replay(lower_is_better=True)
+    changes = [replay.add(p) for p in series(values)]
+    change = changes[-1]
+    assert change is not None and change.worse and changes[:-1] == [None] * 13
+    assert confirms(change, 112.0) and not confirms(change, 101.0)
+    assert replay.remeasured(101.0) is None  # tonight measured again: the old level
+    assert replay.found == [] and replay.assessment().state == "ok"
+    # Nights 14 and 15 at the new level: a change again, from the first night after the one
+    # the re-measurement put back at the old level.
+    assert replay.add(Point.of(night(14), 113.2)) is None
+    later = replay.add(Point.of(night(15), 113.1))
+    assert later is not None and (later.first_bad, later.confirmed) == (night(14), night(15))
+    assert assess(series(values), lower_is_better=True).new == change  # what a replay finds anew
+
+
+def test_a_wandering_level_is_wider_noise_not_a_change() -> None:
+    """A random walk (1.2 % a night, 0.3 % measurement noise): its climb to 105.7 and 108.6 on
+    nights 7 and 8 is a few of its own steps, which the night-to-night spread shows; measured
+    against the spread around its median alone, it is a change."""
+    walk = [
+        *(102.0, 102.3, 99.6, 101.4, 101.0, 104.9, 106.7, 105.7, 108.6, 108.2, 106.9, 105.0, 103.4),
+        *(102.4, 101.5, 100.5, 102.0, 101.0, 100.8, 100.1, 100.4, 104.5, 105.7, 106.6, 105.7, 104.0),
+        *(103.8, 105.0, 105.4, 104.1, 104.6, 106.4, 105.5, 104.7, 103.8, 102.5, 102.9, 102.1, 103.2),
+    ]
+    assert [c for c in assess(series(walk), lower_is_better=True).change_points if c.worse] == []
+    spread_ignored = assess(series(walk), lower_is_better=True, settings=Settings(step_noise=False))
+    assert [c.first_bad for c in spread_ignored.change_points if c.worse] == [night(7)]

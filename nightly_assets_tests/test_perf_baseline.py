@@ -198,10 +198,15 @@ def test_a_step_at_a_configuration_change_is_a_new_baseline_not_a_regression(
     # The second night at the new level: compared with tonight's configuration only, whose one
     # night is too few for a verdict. Across configurations this step would be confirmed tonight.
     manifest, stage, _ = nights.run(12, after, step_ms=13.1, reserved_mib=52_100)
-    assert {row["state"] for row in manifest["comparison"].values()} == {"insufficient data"}
+    needed = "insufficient data: 1 of 7 nights needed for a baseline"
+    assert {row["state"] for row in manifest["comparison"].values()} == {needed}
+    assert f"{STEP} ({needed})" in (stage.detail or "")
     assert manifest["new_baseline"] == {} and "new baseline" not in (stage.detail or "")
     assert nights.store.regressions("gpubench") == []
-    assert all(c.passed for c in nights.store.checks(nights.key(12)))
+    [check] = nights.store.checks(nights.key(12))
+    assert check.passed and check.description == (
+        f"2 benchmark(s): 2 insufficient data ({RESERVED}, {STEP}: 1 of 7 nights needed for a baseline)"
+    )
 
 
 @pytest.mark.parametrize("devices", [H100, None], ids=["one-configuration", "no-devices-recorded"])

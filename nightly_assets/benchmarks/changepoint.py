@@ -12,6 +12,14 @@ level, in one direction, by
 - a rank test: each of them beyond the `rank` quantile of the regime's recent nights, so the
   second mode of a bimodal timing or a recent outlier is no shift.
 
+The noise is never less than the night-to-night spread (the MAD of the steps between consecutive
+nights, over sqrt(2)): a level that wanders, a random walk or a drift, is wider noise, not a
+change each time it has wandered far from its median.
+
+A weekly pattern (weekend nights on a quieter cluster) is taken out first: when the regime's last
+`season_window` nights differ by weekday (a Kruskal-Wallis test at 1 %), each night is compared
+after its weekday's offset, so the swing neither hides a step as noise nor alerts as one.
+
 Two nights at least: a single outlier never alerts, and a step is confirmed one or two nights
 after it. The change point is the first of those nights; the nights before it that share its
 pinned commits (re-runs of the same code) are not part of the baseline twice: consecutive nights
@@ -27,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import itertools
 import math
 import statistics
 from collections.abc import Mapping, Sequence
@@ -51,6 +60,12 @@ class Settings:
     max_confirm: int = 4  # the most nights a change may take to confirm (a slow drift)
     z_ends: float = 2.0  # the first and the newest night of three or more
     alpha: float = 0.01  # the rank test's level
+    # Nights a weekly pattern is looked for in: five of each weekday, where the weekday test's
+    # chi-square approximation holds (its usual rule: five per group).
+    season_window: int = 35
+    # The noise is at least the night-to-night spread (below): off, the detector as it was before
+    # (regression_detection's comparison).
+    step_noise: bool = True
 
 
 @dataclass(frozen=True)
@@ -105,17 +120,21 @@ class Assessment:
 
 def assess(series: Sequence[Point], *, lower_is_better: bool, settings: Settings = Settings()) -> Assessment:
     """Replay `series` (oldest night first) and say where its newest night stands."""
-    detector = _Replay(series, lower_is_better, settings)
-    for t in range(len(series)):
-        detector.step(t)
-    return detector.assessment()
+    replay = Replay(lower_is_better, settings)
+    for point in series:
+        replay.add(point)
+    return replay.assessment()
 
 
-class _Replay:
-    def __init__(self, series: Sequence[Point], lower_is_better: bool, settings: Settings) -> None:
-        self.points = list(series)
-        self.values = [p.value for p in self.points]
-        self.index = {p.night: i for i, p in enumerate(self.points)}
+class Replay:
+    """The detector, one night at a time: `add` each night as it arrives (what `assess` does with a
+    whole series); `remeasured` replaces the newest night's value by a re-measurement of it and
+    judges that night again, as if the first value had never been seen."""
+
+    def __init__(self, lower_is_better: bool, settings: Settings = Settings()) -> None:
+        self.points: list[Point] = []
+        self.values: list[float] = []
+        self.index: dict[dt.date, int] = {}
         self.sign = 1.0 if lower_is_better else -1.0  # makes "worse" positive
         self.s = settings
         self.start = 0  # first index of the current regime
@@ -124,6 +143,26 @@ class _Replay:
         self.new: ChangePoint | None = None
         self.new_nights = 0  # the nights that made the old level of `new`
         self.suspect = False
+        self._offsets: dict[tuple[int, int], dict[int, float]] = {}
+        self._before_newest: tuple[int, tuple[int, int] | None, list[ChangePoint]] = (0, None, [])
+
+    def add(self, point: Point) -> ChangePoint | None:
+        """Judge one more night; returns the change it confirms (what alerts), if any."""
+        self.index[point.night] = len(self.points)
+        self.points.append(point)
+        self.values.append(point.value)
+        self._before_newest = (self.start, self.previous, list(self.found))
+        self.step(len(self.points) - 1)
+        return self.new
+
+    def remeasured(self, value: float) -> ChangePoint | None:
+        """Judge the newest night again with `value` in place of the one `add` judged."""
+        self.start, self.previous, found = self._before_newest
+        self.found = list(found)
+        self.points[-1] = dataclasses.replace(self.points[-1], value=value)
+        self.values[-1] = value
+        self.step(len(self.points) - 1)
+        return self.new
 
     def step(self, t: int) -> None:
         self.new, self.suspect = None, False
@@ -209,12 +248,42 @@ class _Replay:
         mad = statistics.median(abs(r) for r in residuals) * 1.4826
         return max(mad, self.s.noise_floor * abs(level), 1e-12)
 
+    def _weekly(self, c: int, level: float) -> dict[int, float]:
+        """Each weekday's offset from `level` when the regime's recent nights before `c` differ by
+        weekday (a weekly pattern); empty when they do not, or are too few to tell."""
+        key = (self.start, c)
+        if key not in self._offsets:
+            lo = max(self.start, c - self.s.season_window)
+            by_day: dict[int, list[float]] = {}
+            for i in range(lo, c):
+                by_day.setdefault(self.points[i].night.weekday(), []).append(self.values[i] - level)
+            # Two nights of each weekday at least: with one, the test statistic is the same
+            # whatever the values (it cannot tell).
+            enough = len(by_day) == 7 and min(len(v) for v in by_day.values()) >= 2
+            weekly = enough and _kruskal_wallis(list(by_day.values())) >= CHI2_6_99
+            self._offsets[key] = {d: statistics.median(v) for d, v in by_day.items()} if weekly else {}
+        return self._offsets[key]
+
     def _confirms(self, c: int, t: int, *, single: bool = False) -> float:
         """+1 when nights c..t sit worse than the regime before c, -1 better, 0 neither."""
         ref = self._reference(c)
         level = statistics.median(ref)
+        offsets = self._weekly(c, level)
+
+        def seasonless(i: int) -> float:
+            return self.values[i] - offsets.get(self.points[i].night.weekday(), 0.0)
+
+        if offsets:  # a weekly pattern: each night after its weekday's offset, night by night
+            ref = [seasonless(i) for i in range(max(self.start, c - self.s.window), c)]
         noise = self._noise(ref, level)
-        post = [(v - level) * self.sign for v in self.values[c : t + 1]]
+        if self.s.step_noise and len(ref) >= 4:
+            # A level that wanders (a random walk, a drift) spreads night to night more than around
+            # its median: the noise is the larger of the two (the MAD of the steps, over sqrt(2)
+            # since a step holds two nights' noise); four nights give three steps, the fewest
+            # whose median ignores one outlier.
+            steps = [abs(b - a) for a, b in itertools.pairwise(ref)]
+            noise = max(noise, statistics.median(steps) * 1.4826 / math.sqrt(2))
+        post = [(seasonless(i) - level) * self.sign for i in range(c, t + 1)]
         m = len(post)
         z = self.s.z_two if m <= 2 or single else self.s.z_three if m == 3 else self.s.z_more
         least = self.s.min_change * abs(level)
@@ -262,3 +331,31 @@ def _commits(good: Pins, bad: Pins) -> dict[str, tuple[str | None, str | None]]:
         for repo in sorted(old.keys() | new.keys())
         if old.get(repo) != new.get(repo)
     }
+
+
+def confirms(change: ChangePoint, value: float) -> bool:
+    """Whether a re-measurement of the night that confirmed `change` lies in its new regime: nearer
+    the new level than the old (the nearer of the two levels; no threshold of its own to choose)."""
+    return abs(value - change.after) < abs(value - change.before)
+
+
+# The weekday test's critical value: chi-square's 0.99 quantile with 6 degrees of freedom (7
+# weekdays), so a weekly pattern is assumed at the rank test's level (1 %), not by chance.
+CHI2_6_99 = 16.812
+
+
+def _kruskal_wallis(groups: list[list[float]]) -> float:
+    """The Kruskal-Wallis H statistic of `groups` (chi-square with len(groups) - 1 degrees of
+    freedom when they share one distribution); ties get their mean rank, and H their correction."""
+    values = sorted(v for g in groups for v in g)
+    n = len(values)
+    first: dict[float, int] = {}
+    count: dict[float, int] = {}
+    for i, v in enumerate(values):
+        first.setdefault(v, i)
+        count[v] = count.get(v, 0) + 1
+    rank = {v: first[v] + (count[v] + 1) / 2 for v in first}
+    total = sum(sum(rank[v] for v in g) ** 2 / len(g) for g in groups)
+    h = 12 / (n * (n + 1)) * total - 3 * (n + 1)
+    ties = 1 - sum(k**3 - k for k in count.values()) / (n**3 - n)
+    return h / ties if ties > 0 else 0.0  # every value equal: no difference between the groups

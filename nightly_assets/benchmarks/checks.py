@@ -42,10 +42,15 @@ def regression_lines(comparison: dict[str, dict[str, Any]]) -> list[str]:
 def no_new_regression(key: dg.AssetKey, comparison: dict[str, dict[str, Any]]) -> dg.AssetCheckResult:
     found = regression_lines(comparison)
     states: dict[str, int] = {}
-    for row in comparison.values():
-        state = row["state"].split(":")[0]  # "new baseline: GPU ... -> ..." counts as "new baseline"
+    needed: dict[str, list[str]] = {}  # "3 of 7 nights needed for a baseline" -> its benchmarks
+    for name, row in comparison.items():
+        state, _, why = row["state"].partition(": ")  # "new baseline: GPU ... -> ..." counts as one
         states[state] = states.get(state, 0) + 1
+        if state == "insufficient data" and why:
+            needed.setdefault(why, []).append(name)
     tally = ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
+    if needed:
+        tally += " (" + "; ".join(f"{', '.join(names)}: {why}" for why, names in needed.items()) + ")"
     return dg.AssetCheckResult(
         check_name=NO_NEW_REGRESSION,
         asset_key=key,

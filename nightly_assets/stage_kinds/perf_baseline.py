@@ -16,6 +16,7 @@ import dagster as dg
 
 from nightly_assets.artefacts.resources import ArtefactStoreResource
 from nightly_assets.benchmarks import changepoint, checks
+from nightly_assets.catalog.models import Pipeline
 from nightly_assets.devices.facts import DeviceFacts
 from nightly_assets.manifests import BenchmarksManifest, BenchmarkValue
 from nightly_assets.results import NightKey
@@ -28,16 +29,14 @@ from nightly_assets.warehouse.store import Warehouse
 
 HISTORY_NIGHTS = 180  # nights replayed: enough for the regime a benchmark is in now
 NEW_BASELINE = "new baseline"  # the state of a benchmark whose device configuration changed tonight
+INSUFFICIENT = "insufficient data"  # the detector's state before a baseline has enough nights
 _UNRECORDED = "devices not recorded"  # older manifests and rows, and benchmarks recorded without devices
 SUSPECTS_LISTED = 10  # commits named per repository
 
 
 def build_perf_baseline_asset(spec: StageSpec) -> dg.AssetsDefinition:
     bench_stage = spec.upstream_stage("benchmarks")
-    thresholds = spec.pipeline.thresholds
-    settings = changepoint.Settings(
-        min_history=thresholds.regression_min_history, min_change=thresholds.regression_min_change
-    )
+    settings = detector_settings(spec.pipeline)
     urls = {repo.name: repo.url for repo in spec.pipeline.repositories}
 
     @dg.asset(**spec.asset_args(check_specs=checks.regression_check_specs(spec.key, settings.min_change)))
@@ -51,10 +50,11 @@ def build_perf_baseline_asset(spec: StageSpec) -> dg.AssetsDefinition:
         with recorded_stage(context, spec, artefacts, warehouse) as run:
             benchmarks = artefacts.manifest(run.key, str(bench_stage), BenchmarksManifest)
             tonight, devices = benchmarks.benchmarks, benchmarks.devices
+            remeasured: dict[str, Any] = (
+                benchmarks.model_extra.get("remeasured", {}) if benchmarks.model_extra else {}
+            )
             config_key = devices.key() if devices is not None else ""
             store = warehouse.store()
-            night = store.night(run.key)
-            pins = night.pins if night else {}
             comparison: dict[str, dict[str, Any]] = {}
             regressions: list[Regression] = []
             reported = {
@@ -64,25 +64,23 @@ def build_perf_baseline_asset(spec: StageSpec) -> dg.AssetsDefinition:
             }
             new_baselines: dict[str, list[str]] = {}  # what changed -> the benchmarks it restarts
             for name, result in tonight.items():
-                history = store.benchmark_series(
-                    run.key.pipeline,
-                    run.key.target,
-                    name,
-                    before=run.key.night,
-                    limit=HISTORY_NIGHTS,
-                    config_key=config_key,
+                verdict = assess_tonight(
+                    store, run.key, name, result.value, result.lower_is_better, config_key, settings
                 )
-                change = None if history else _configuration_change(store, run.key, name, devices)
+                change = _configuration_change(store, run.key, name, devices) if verdict is None else None
                 if change is not None:
                     comparison[name] = _new_baseline(result, change)
                     new_baselines.setdefault(change, []).append(name)
                     continue
-                series = [changepoint.Point.of(n, v, p) for n, v, p in history]
-                series.append(changepoint.Point.of(run.key.night, result.value, pins))
-                verdict = changepoint.assess(
-                    series, lower_is_better=result.lower_is_better, settings=settings
-                )
-                row = _comparison(result, verdict)
+                if verdict is None:  # the benchmark's first night: nothing to compare it with
+                    verdict = changepoint.assess(
+                        [changepoint.Point.of(run.key.night, result.value)],
+                        lower_is_better=result.lower_is_better,
+                        settings=settings,
+                    )
+                row = _comparison(result, verdict, settings)
+                if name in remeasured:
+                    row["remeasured"] = remeasured[name]["text"]
                 if (
                     verdict.new is not None
                     and verdict.new.worse
@@ -119,19 +117,55 @@ def build_perf_baseline_asset(spec: StageSpec) -> dg.AssetsDefinition:
             "comparison": dg.MetadataValue.md(table),
             "devices": dg.MetadataValue.text(_describe(devices)),
             "config_key": dg.MetadataValue.text(config_key),
+            "baseline_nights_needed": settings.min_history,
         }
         yield from stage_events(run, metadata)
 
     return _perf_baseline
 
 
-def _comparison(result: BenchmarkValue, verdict: changepoint.Assessment) -> dict[str, Any]:
+def detector_settings(pipeline: Pipeline) -> changepoint.Settings:
+    """The change-point detector as the pipeline's thresholds set it."""
+    thresholds = pipeline.thresholds
+    return changepoint.Settings(
+        min_history=thresholds.regression_min_history, min_change=thresholds.regression_min_change
+    )
+
+
+def assess_tonight(
+    store: Warehouse,
+    key: NightKey,
+    name: str,
+    value: float,
+    lower_is_better: bool,
+    config_key: str,
+    settings: changepoint.Settings,
+) -> changepoint.Assessment | None:
+    """Tonight's `value` of benchmark `name` after its earlier nights on configuration
+    `config_key`; None when it has none there (a first night, or a new baseline)."""
+    history = store.benchmark_series(
+        key.pipeline, key.target, name, before=key.night, limit=HISTORY_NIGHTS, config_key=config_key
+    )
+    if not history:
+        return None
+    night = store.night(key)
+    series = [changepoint.Point.of(n, v, p) for n, v, p in history]
+    series.append(changepoint.Point.of(key.night, value, night.pins if night else {}))
+    return changepoint.assess(series, lower_is_better=lower_is_better, settings=settings)
+
+
+def _comparison(
+    result: BenchmarkValue, verdict: changepoint.Assessment, settings: changepoint.Settings
+) -> dict[str, Any]:
     baseline = verdict.baseline
+    state: str = verdict.state
+    if state == INSUFFICIENT:
+        state = f"{INSUFFICIENT}: {verdict.nights} of {settings.min_history} nights needed for a baseline"
     return {
         "value": result.value,
         "unit": result.unit,
         "lower_is_better": result.lower_is_better,
-        "state": verdict.state,
+        "state": state,
         "baseline": baseline,
         "nights": verdict.nights,
         "ratio": round(result.value / baseline, 4) if baseline else None,
@@ -211,9 +245,10 @@ def _night_detail(comparison: dict[str, dict[str, Any]], new_baselines: dict[str
 def _detail(name: str, row: dict[str, Any]) -> str:
     if row["regression"] is not None:
         return f"{name} {row['regression']['text']}"
+    state = f"{row['state']}; {row['remeasured']}" if row.get("remeasured") else row["state"]
     if row["ratio"] is None:
-        return f"{name} ({row['state']})"
-    return f"{name} {row['ratio']:.2f}x ({row['state']})"
+        return f"{name} ({state})"
+    return f"{name} {row['ratio']:.2f}x ({state})"
 
 
 def _fmt(value: float | None) -> str:
