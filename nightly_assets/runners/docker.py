@@ -30,11 +30,13 @@ from nightly_assets.runners.protocol import (
     RunnerBackend,
     StageWork,
     SuiteOutcome,
+    rerun_selection,
     suite_selection,
 )
 from nightly_assets.stage_kinds.test_suite import TestSuiteParams
 from nightly_assets.stage_kinds.wheels import WheelsParams
 from nightly_assets.stages import StageSpec
+from nightly_assets.testing.confirm import Rerunner, pytest_node_id
 from nightly_assets.testing.junit import parse_collect_only, parse_junit
 from nightly_assets.testing.resources import TestRunError, usable
 
@@ -57,7 +59,8 @@ class DockerBackend(RunnerBackend):
     def run_suite(self, work: StageWork) -> SuiteOutcome:
         if not work.in_image:
             raise self.unsupported(work, "a suite outside an image", "name a local runner")
-        return SuiteOutcome(suite_in_image(work))
+        report = suite_in_image(work)
+        return SuiteOutcome(report, rerunner=image_rerunner(work, functools.partial(run_in_image, work)))
 
     def run_command(self, work: StageWork, argv: list[str], output: str, timeout_s: float) -> Path:
         if not work.in_image:
@@ -170,6 +173,34 @@ def image_suite(work: StageWork, gpus: int, run_in: RunIn) -> TestReport:
     return report
 
 
+def image_rerunner(work: StageWork, run_in: RunIn) -> Rerunner:
+    """Failing tests re-run by node id by `run_in` (a container, a pod) of the night's image, with
+    the suite's variables; each round's outputs in confirm-<round>/. The image holds the tests at
+    their paths in the checkout (recipes.py), so the checkout here names their files."""
+    run, name = work.run, work.spec.stage.name
+    checkout = work.spec.checkout(work.artefacts, run.key)
+
+    def run_round(node_ids: list[str], number: int, runs: int, timeout_s: float) -> TestReport:
+        assert runs == 1  # pytest re-runs round by round
+        out_dir = run.workdir / f"confirm-{number}"
+        result = run_in(
+            pytest_args=rerun_selection(work, node_ids),
+            collect_only=False,
+            timeout_s=timeout_s,
+            env=suite_env(work),
+            out_dir=out_dir,
+        )
+        log = result.out_dir / "output.log"
+        run.published.append(log)
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:]) if log.is_file() else ""
+        if result.timed_out:
+            raise TestRunError(f"{name}: the re-run in the image timed out after {timeout_s:.0f} s")
+        usable(result.returncode, tail, result.out_dir / "junit.xml")
+        return parse_junit(result.out_dir / "junit.xml", name, run.runner_name)
+
+    return Rerunner(functools.partial(pytest_node_id, root=checkout), run_round)
+
+
 def command_in_image(work: StageWork, argv: list[str], output: str, timeout_s: float) -> Path:
     """`argv` in the night's image; its output file comes back from the run's out folder."""
     _record_devices(work)
@@ -197,8 +228,10 @@ def run_in_image(
     program: list[str] | None = None,
     timeout_s: float,
     env: dict[str, str] | None = None,
+    out_dir: Path | None = None,
 ) -> SuiteRun:
-    """Run a pytest suite (or `program`) in the upstream image; outputs land in run.workdir/out."""
+    """Run a pytest suite (or `program`) in the upstream image; outputs land in `out_dir`
+    (default run.workdir/out)."""
     context, environment, label = work.context, work.env, work.label
     pool: DockerRunnerPoolResource = work.resources.docker_pool
     client = pool.client(label)
@@ -214,7 +247,7 @@ def run_in_image(
         context=context,
         image=image,
         command=command,
-        out_dir=work.run.workdir / "out",
+        out_dir=out_dir or work.run.workdir / "out",
         devices=pool.devices(label),
         env=env or {},
     )
