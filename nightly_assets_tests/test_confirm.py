@@ -7,20 +7,22 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import dagster as dg
 import pytest
 
-from nightly_assets.catalog.models import Confirm, Suite
+from nightly_assets.catalog.models import BazelTests, Confirm, Suite
 from nightly_assets.resources import resources_for
 from nightly_assets.results import Outcome, TestCase, TestReport
+from nightly_assets.runners.rbe import bazel_rerunner, case_targets
 from nightly_assets.testing.confirm import Rerunner, confirm_failures, pytest_node_id
 from nightly_assets.testing.resources import TestRunError
 from nightly_assets.warehouse import Warehouse
 from nightly_assets_tests.catalog_nights import CatalogNights
 from nightly_assets_tests.git_repo import commit_files
+from nightly_assets_tests.peers.bazel import BazelPeer
 
 PIPELINE = """
 name: confirmpkg
@@ -304,3 +306,46 @@ def test_the_catalog_bounds_confirmation_per_suite() -> None:
         Suite.model_validate({"timeout_minutes": 10, "runner": "local", "confirm": {"attempts": -1}})
     with pytest.raises(ValueError, match="extra"):
         Suite.model_validate({"timeout_minutes": 10, "runner": "local", "confirm": {"retries": 2}})
+
+
+# -- Bazel: --runs_per_test of the failing targets --
+
+
+def test_a_bazel_case_is_re_run_as_the_target_whose_testlogs_hold_it(tmp_path: Path) -> None:
+    testlogs = tmp_path / "testlogs"
+    for folder, name in [("tests/py_test", "test_a"), ("tests/py_test/shard_1_of_2", "test_b")]:
+        (testlogs / folder).mkdir(parents=True, exist_ok=True)
+        (testlogs / folder / "test.xml").write_text(
+            f'<testsuites><testsuite name="s"><testcase classname="tests.m" name="{name}">'
+            '<failure message="no"/></testcase></testsuite></testsuites>'
+        )
+    (testlogs / "tests/sh").mkdir(parents=True)
+    (testlogs / "tests/sh/test.xml").write_text("<html>not junit</html>")
+    found = case_targets(testlogs, ["//tests:py_test", "//tests:sh", "//tests:gone"])
+    assert found == {"tests.m::test_a": "//tests:py_test", "tests.m::test_b": "//tests:py_test"}
+
+
+@pytest.mark.bazel
+def test_bazel_re_runs_the_failing_targets_with_runs_per_test(
+    bazel_peer: BazelPeer, make_bazel_workspace: Callable[[], Path], tmp_path: Path
+) -> None:
+    workspace = make_bazel_workspace()
+    markers = tmp_path / "flaky-markers"
+    markers.mkdir()
+    resource = bazel_peer.resource(
+        test_env={"FLAKY_MARKER_DIR": str(markers)}, extra_args=[f"--sandbox_writable_path={markers}"]
+    )
+    tests = BazelTests(targets=["//tests:pass_test", "//tests:fail_test", "//tests:flaky_test"])
+    first = resource.run_tests(workspace, tests, suite="s", out_dir=tmp_path / "out")
+    assert {c.node_id: c.outcome for c in first.report.failures} == {
+        "//tests:fail_test": "error",
+        "//tests:flaky_test": "error",
+    }
+    rerunner = bazel_rerunner(resource, workspace, first, suite="s", out_dir=tmp_path / "confirm", runner="r")
+    done = confirm_failures(first.report, Confirm(attempts=2), rerunner, budget_s=600, where="rbe")
+    assert done.passed_on_rerun == {"//tests:flaky_test": 2}  # the marker is there: it passes now
+    assert done.confirmed_failing == {"//tests:fail_test": 3}
+    # One Bazel run of both targets, twice each: --runs_per_test's run_<k>_of_2 reports.
+    assert {(Path(p).parent.parent.name, Path(p).parent.name) for p in done.junit} == {
+        (target, f"run_{k}_of_2") for target in ("fail_test", "flaky_test") for k in (1, 2)
+    }
