@@ -23,6 +23,7 @@ from nightly_assets.warehouse import Warehouse
 from nightly_assets_tests.catalog_nights import CatalogNights
 from nightly_assets_tests.git_repo import commit_files
 from nightly_assets_tests.peers.bazel import BazelPeer
+from nightly_assets_tests.peers.docker import DockerEngine
 
 PIPELINE = """
 name: confirmpkg
@@ -144,6 +145,68 @@ def test_a_flaky_test_passes_on_its_re_run_and_only_the_broken_one_fails_the_nig
     assert "confirm" not in json.loads(
         (catalog_nights.home / "artefacts/confirmpkg/2026-11-05/cpu/tests/manifest.json").read_text()
     )
+
+
+IMAGE_STAGE = """  - name: environment
+    kind: docker_image
+    deps: [wheels]
+    runner: cpu-amd-m5-4xlarge
+    description: The runtime image with the wheel and the tests.
+    params: {install_wheels: true, tests: [tests]}
+"""
+
+# In the image no file of this machine is seen, and each run is a fresh container: this flaky test
+# fails in the whole suite's run and passes when run by its node id (a confirmation re-run).
+IMAGE_TESTS = """import confirmpkg
+
+
+def test_stable():
+    assert confirmpkg.VALUE == 1
+
+
+class TestFlaky:
+    def test_flaky(self, pytestconfig):
+        assert any("::" in arg for arg in pytestconfig.args), "fails in the whole suite's run"
+
+
+def test_broken():
+    assert confirmpkg.VALUE == 2, "the value is not two"
+"""
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_in_the_image_the_failing_tests_re_run_by_node_id_in_fresh_containers(
+    catalog_nights: CatalogNights,
+    tmp_path: Path,
+    wheelhouse: Path,
+    docker_engine: DockerEngine,
+    base_image: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("DOCKER_HOST", docker_engine.host)
+    repo = tmp_path / "upstream" / "confirmpkg"
+    sources = {n: t for n, t in PROJECT.items() if not n.startswith("tests/")}
+    commit_files(repo, {**sources, "tests/test_things.py": IMAGE_TESTS})
+    pipeline = PIPELINE.format(upstream=repo, confirm="")
+    start, end = pipeline.index("  - {name: environment"), pipeline.index("  - name: tests\n")
+    pipeline = pipeline[:start] + IMAGE_STAGE + pipeline[end:]
+    pipeline = pipeline.replace("runner: local", "runner: cpu-amd-m5-4xlarge")
+    _, stages, outcome = catalog_nights.run(pipeline, "2026-11-03")
+
+    assert not outcome.succeeded and stages["environment"].status == "success"
+    assert stages["tests"].detail == "2/3 passed (1 failed); 1 passed on a confirmation re-run"
+    folder = catalog_nights.home / "artefacts/confirmpkg/2026-11-03/cpu/tests"
+    confirm = json.loads((folder / "manifest.json").read_text())["confirm"]
+    assert confirm["passed_on_rerun"] == {"tests.test_things.TestFlaky::test_flaky": 2}
+    assert confirm["confirmed_failing"] == {"tests.test_things::test_broken": 3}
+    # Each re-run's outputs in their own folder; the suite's own JUnit is left as it ran.
+    assert [Path(p).relative_to(folder).as_posix() for p in confirm["junit"]] == [
+        "confirm-1/junit.xml",
+        "confirm-2/junit.xml",
+    ]
+    assert (folder / "out/junit.xml").read_text().count("<testcase ") == 3
+    assert "FAILED tests/test_things.py::test_broken" in (folder / "confirm-2/output.log").read_text()
 
 
 def _latest_materialization(nights: CatalogNights, key) -> dg.AssetMaterialization:
@@ -337,15 +400,16 @@ def test_bazel_re_runs_the_failing_targets_with_runs_per_test(
     )
     tests = BazelTests(targets=["//tests:pass_test", "//tests:fail_test", "//tests:flaky_test"])
     first = resource.run_tests(workspace, tests, suite="s", out_dir=tmp_path / "out")
-    assert {c.node_id: c.outcome for c in first.report.failures} == {
-        "//tests:fail_test": "error",
-        "//tests:flaky_test": "error",
-    }
+    fail, flaky = "//tests:fail_test::tests/fail_test", "//tests:flaky_test::tests/flaky_test"
+    assert {c.node_id: c.outcome for c in first.report.failures} == {fail: "error", flaky: "error"}
     rerunner = bazel_rerunner(resource, workspace, first, suite="s", out_dir=tmp_path / "confirm", runner="r")
     done = confirm_failures(first.report, Confirm(attempts=2), rerunner, budget_s=600, where="rbe")
-    assert done.passed_on_rerun == {"//tests:flaky_test": 2}  # the marker is there: it passes now
-    assert done.confirmed_failing == {"//tests:fail_test": 3}
+    assert done.passed_on_rerun == {flaky: 2}  # its marker is there now: it passes
+    assert done.confirmed_failing == {fail: 3}
     # One Bazel run of both targets, twice each: --runs_per_test's run_<k>_of_2 reports.
     assert {(Path(p).parent.parent.name, Path(p).parent.name) for p in done.junit} == {
         (target, f"run_{k}_of_2") for target in ("fail_test", "flaky_test") for k in (1, 2)
     }
+    # The next night's run reads its own reports, not the re-runs' left in bazel-testlogs.
+    again = resource.run_tests(workspace, tests, suite="s", out_dir=tmp_path / "again")
+    assert sorted(c.node_id for c in again.report.cases) == sorted(c.node_id for c in first.report.cases)

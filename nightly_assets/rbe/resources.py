@@ -162,7 +162,9 @@ class BazelRbeResource(dg.ConfigurableResource):
         if attempt.returncode not in bz.REPORT_EXIT_CODES:
             raise BazelTestError(attempt.failure(workspace))
         summaries = bz.read_test_summaries(bep_file)
-        testlogs = bz.collect_testlogs(workspace / "bazel-testlogs", summaries, out_dir / "testlogs")
+        testlogs = bz.collect_testlogs(
+            workspace / "bazel-testlogs", summaries, out_dir / "testlogs", runs_per_test
+        )
         report = (
             parse_bazel_testlogs(testlogs, suite, runner)
             if any(testlogs.rglob("test.xml"))
