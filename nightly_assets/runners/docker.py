@@ -176,9 +176,12 @@ def image_suite(work: StageWork, gpus: int, run_in: RunIn) -> TestReport:
 def image_rerunner(work: StageWork, run_in: RunIn) -> Rerunner:
     """Failing tests re-run by node id by `run_in` (a container, a pod) of the night's image, with
     the suite's variables; each round's outputs in confirm-<round>/. The image holds the tests at
-    their paths in the checkout (recipes.py), so the checkout here names their files."""
-    run, name = work.run, work.spec.stage.name
-    checkout = work.spec.checkout(work.artefacts, run.key)
+    their paths in the checkout of the image stage's repository (recipes.py), so that checkout
+    here names their files."""
+    run, name, spec = work.run, work.spec.stage.name, work.spec
+    image_stage = spec.upstream_stage("docker_image")
+    repo = spec.pipeline.repo_of(spec.pipeline.stage(image_stage)) if image_stage else None
+    checkout = Path(spec.pinned_repo(work.artefacts, run.key, repo).path)
 
     def run_round(node_ids: list[str], number: int, runs: int, timeout_s: float) -> TestReport:
         assert runs == 1  # pytest re-runs round by round
@@ -198,7 +201,8 @@ def image_rerunner(work: StageWork, run_in: RunIn) -> Rerunner:
         usable(result.returncode, tail, result.out_dir / "junit.xml")
         return parse_junit(result.out_dir / "junit.xml", name, run.runner_name)
 
-    return Rerunner(functools.partial(pytest_node_id, root=checkout), run_round)
+    why_not = f"no test file of its classname in {checkout} (a collection error, or a test not from there)"
+    return Rerunner(functools.partial(pytest_node_id, root=checkout), run_round, why_not=why_not)
 
 
 def command_in_image(work: StageWork, argv: list[str], output: str, timeout_s: float) -> Path:

@@ -157,7 +157,8 @@ def _rerunner_here(work: StageWork, rootdir: Path) -> Rerunner:
             )
         return parse_junit(junit, name, run.runner_name)
 
-    return Rerunner(functools.partial(pytest_node_id, root=rootdir), run_round)
+    why_not = f"no test file of its classname under {rootdir} (a collection error)"
+    return Rerunner(functools.partial(pytest_node_id, root=rootdir), run_round, why_not=why_not)
 
 
 def _gpus(work: StageWork, host: HostGpus) -> int:
