@@ -10,6 +10,7 @@ from pathlib import Path
 import docker  # type: ignore[import-untyped]
 import docker.errors  # type: ignore[import-untyped]
 
+from nightly_assets.artefacts.resources import MissingArtefactError
 from nightly_assets.containers.engine import pull_image
 from nightly_assets.containers.resources import ContainerRegistriesResource, DockerRunnerPoolResource
 from nightly_assets.containers.runner import (
@@ -23,7 +24,7 @@ from nightly_assets.containers.wheels import build_wheels_in_container
 from nightly_assets.devices.facts import DeviceFacts
 from nightly_assets.manifests import EnvironmentManifest
 from nightly_assets.process import CommandError
-from nightly_assets.results import TestReport
+from nightly_assets.results import TestCase, TestReport
 from nightly_assets.runners.protocol import (
     BuiltWheels,
     Capability,
@@ -177,11 +178,22 @@ def image_rerunner(work: StageWork, run_in: RunIn) -> Rerunner:
     """Failing tests re-run by node id by `run_in` (a container, a pod) of the night's image, with
     the suite's variables; each round's outputs in confirm-<round>/. The image holds the tests at
     their paths in the checkout of the image stage's repository (recipes.py), so that checkout
-    here names their files."""
+    here names their files: read only when a test fails (a suite may be materialized alone)."""
     run, name, spec = work.run, work.spec.stage.name, work.spec
-    image_stage = spec.upstream_stage("docker_image")
-    repo = spec.pipeline.repo_of(spec.pipeline.stage(image_stage)) if image_stage else None
-    checkout = Path(spec.pinned_repo(work.artefacts, run.key, repo).path)
+
+    @functools.cache
+    def checkout() -> Path | None:
+        image_stage = spec.upstream_stage("docker_image")
+        repo = spec.pipeline.repo_of(spec.pipeline.stage(image_stage)) if image_stage else None
+        try:
+            return Path(spec.pinned_repo(work.artefacts, run.key, repo).path)
+        except MissingArtefactError as exc:
+            work.context.log.warning(f"{name}: failing tests cannot be named for a re-run: {exc}")
+            return None
+
+    def address(case: TestCase) -> str | None:
+        root = checkout()
+        return pytest_node_id(case, root) if root is not None else None
 
     def run_round(node_ids: list[str], number: int, runs: int, timeout_s: float) -> TestReport:
         assert runs == 1  # pytest re-runs round by round
@@ -201,8 +213,8 @@ def image_rerunner(work: StageWork, run_in: RunIn) -> Rerunner:
         usable(result.returncode, tail, result.out_dir / "junit.xml")
         return parse_junit(result.out_dir / "junit.xml", name, run.runner_name)
 
-    why_not = f"no test file of its classname in {checkout} (a collection error, or a test not from there)"
-    return Rerunner(functools.partial(pytest_node_id, root=checkout), run_round, why_not=why_not)
+    why_not = "no test file of its classname in the checkout the image's tests came from (a collection error)"
+    return Rerunner(address, run_round, why_not=why_not)
 
 
 def command_in_image(work: StageWork, argv: list[str], output: str, timeout_s: float) -> Path:

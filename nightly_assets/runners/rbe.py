@@ -3,6 +3,7 @@ build when the executor does not answer), seed 000's ROCm JAX build."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from nightly_assets.catalog.models import BazelTests
@@ -78,8 +79,11 @@ def bazel_rerunner(
 ) -> Rerunner:
     """Failing tests re-run as their targets: `bazel test --runs_per_test=N` of the targets whose
     cases failed in `result`, every attempt in one Bazel run, its outputs under `out_dir`."""
-    failed = [label for label, summary in result.targets.items() if summary.status != "PASSED"]
-    targets = case_targets(result.testlogs_dir, failed)
+
+    @functools.cache  # read only when a test failed
+    def targets() -> dict[str, str]:
+        failed = [label for label, summary in result.targets.items() if summary.status != "PASSED"]
+        return case_targets(result.testlogs_dir, failed)
 
     def run_round(labels: list[str], number: int, runs: int, timeout_s: float) -> TestReport:
         again = bazel_rbe.run_tests(
@@ -95,7 +99,7 @@ def bazel_rerunner(
         return again.report
 
     return Rerunner(
-        lambda case: targets.get(case.node_id),
+        lambda case: targets().get(case.node_id),
         run_round,
         runs_at_once=True,
         why_not="its Bazel target is not among the targets that failed",
