@@ -309,6 +309,11 @@ def test_the_bounds_leave_tests_unconfirmed_and_say_why() -> None:
     done = confirm_failures(wholesale, Confirm(), Script({}).rerunner(), budget_s=60, where="here")
     assert not done.rerun and len(done.not_rerun) == 6
     assert "failed wholesale (6 of 7 that ran)" in done.not_rerun["tests.t::test_0"]
+    # Thousands left out are counted, and listed as far as the failures table goes.
+    huge = _report({"test_ok": "passed", **{f"test_{i}": "error" for i in range(2000)}})
+    done = confirm_failures(huge, Confirm(), Script({}).rerunner(), budget_s=60, where="here")
+    assert done.manifest()["not_rerun_count"] == 2000 and len(done.manifest()["not_rerun"]) == 50
+    assert done.markdown().endswith("… and 1950 more not re-run")
 
     # A runner that cannot re-run says so; attempts 0 and collect-only do nothing.
     two = _report({**STABLE, "test_a": "failed"})

@@ -22,6 +22,7 @@ import dagster as dg
 
 from nightly_assets.results import TestCase, TestReport
 from nightly_assets.testing.flakiness import is_wholesale
+from nightly_assets.testing.junit import MAX_FAILURE_ROWS  # as many as the failures table shows
 
 if TYPE_CHECKING:  # the catalog imports the stage kinds, which import this module
     from nightly_assets.catalog.models import Confirm
@@ -65,7 +66,8 @@ class Confirmation:
             "seconds": round(self.seconds, 2),
             "passed_on_rerun": self.passed_on_rerun,
             "confirmed_failing": self.confirmed_failing,
-            "not_rerun": self.not_rerun,
+            "not_rerun": dict(list(self.not_rerun.items())[:MAX_FAILURE_ROWS]),
+            "not_rerun_count": len(self.not_rerun),
             "junit": [str(p) for p in self.junit],
         }
 
@@ -88,7 +90,10 @@ class Confirmation:
         passed, failing = self.passed_on_rerun.items(), self.confirmed_failing.items()
         rows += [f"| {_cell(t)} | passed on confirmation re-run | {n} |" for t, n in passed]
         rows += [f"| {_cell(t)} | failed every attempt | {n} |" for t, n in failing]
-        rows += [f"| {_cell(t)} | not re-run: {_cell(why)} | |" for t, why in self.not_rerun.items()]
+        left_out = list(self.not_rerun.items())
+        rows += [f"| {_cell(t)} | not re-run: {_cell(why)} | |" for t, why in left_out[:MAX_FAILURE_ROWS]]
+        if len(left_out) > MAX_FAILURE_ROWS:
+            rows.append(f"\n… and {len(left_out) - MAX_FAILURE_ROWS} more not re-run")
         head = (
             f"{len(self.rerun)} failing test(s) re-run (up to {self.attempts} attempt(s) each): "
             f"{self.runs} run(s) in {self.seconds:.1f} s"
