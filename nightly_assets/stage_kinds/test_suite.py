@@ -1,5 +1,5 @@
 """The test_suite stage: a suite by markers (or Bazel targets), run by its runner's backend, its
-JUnit recorded and checked."""
+failures confirmed by re-runs (testing/confirm.py), its JUnit recorded and checked."""
 
 from collections.abc import Iterator
 from pathlib import Path
