@@ -6,6 +6,7 @@ max_tests, time, a wholesale failure, a re-run that breaks) with a scripted re-r
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -14,16 +15,20 @@ import dagster as dg
 import pytest
 
 from nightly_assets.catalog.models import BazelTests, Confirm, Suite
+from nightly_assets.night import NightOutcome
 from nightly_assets.resources import resources_for
 from nightly_assets.results import Outcome, TestCase, TestReport
 from nightly_assets.runners.rbe import bazel_rerunner, case_targets
 from nightly_assets.testing.confirm import Rerunner, confirm_failures, pytest_node_id
+from nightly_assets.testing.flakiness import MIN_WHOLESALE_FAILURES, is_wholesale
 from nightly_assets.testing.resources import TestRunError
+from nightly_assets.tpu import remote_suite
 from nightly_assets.warehouse import Warehouse
 from nightly_assets_tests.catalog_nights import CatalogNights
-from nightly_assets_tests.git_repo import commit_files
+from nightly_assets_tests.git_repo import commit_files, commit_folder
 from nightly_assets_tests.peers.bazel import BazelPeer
 from nightly_assets_tests.peers.docker import DockerEngine
+from nightly_assets_tests.tpu_harness import KEY, make_sglang_repo
 
 PIPELINE = """
 name: confirmpkg
@@ -100,7 +105,7 @@ def test_a_flaky_test_passes_on_its_re_run_and_only_the_broken_one_fails_the_nig
     assert not outcome.succeeded  # test_broken fails every attempt
     assert runs.read_text() == "2"  # test_flaky ran twice: the suite's run and one re-run
     assert stages["tests"].detail == "2/3 passed (1 failed); 1 passed on a confirmation re-run"
-    with _store(catalog_nights) as store:
+    with _store(catalog_nights.home) as store:
         [check] = [c for c in store.checks(key) if c.name == "tests_passed"]
         assert not check.passed
         assert "tests.test_things::test_broken" in check.description
@@ -218,8 +223,9 @@ def _latest_materialization(nights: CatalogNights, key) -> dg.AssetMaterializati
 
 
 @contextlib.contextmanager
-def _store(nights: CatalogNights) -> Iterator[Warehouse]:
-    with dg.build_resources({"warehouse": resources_for("local", nights.home)["warehouse"]}) as resolved:
+def _store(home: Path) -> Iterator[Warehouse]:
+    """The home's warehouse, as the night's resources open it."""
+    with dg.build_resources({"warehouse": resources_for("local", home)["warehouse"]}) as resolved:
         yield resolved.warehouse.store()
 
 
@@ -418,3 +424,54 @@ def test_bazel_re_runs_the_failing_targets_with_runs_per_test(
     # The next night's run reads its own reports, not the re-runs' left in bazel-testlogs.
     again = resource.run_tests(workspace, tests, suite="s", out_dir=tmp_path / "again")
     assert sorted(c.node_id for c in again.report.cases) == sorted(c.node_id for c in first.report.cases)
+
+
+# -- a TPU VM: confirmed on the VM, before it is deleted --
+
+ON_THE_VM = """
+
+COUNTER = os.path.join(os.path.dirname(os.environ["NIGHTLY_TIMING_FILE"]), "flaky-runs")
+
+
+@pytest.mark.tpu
+def test_flaky():
+    runs = int(open(COUNTER).read()) + 1 if os.path.exists(COUNTER) else 1
+    with open(COUNTER, "w") as handle:
+        handle.write(str(runs))
+    assert runs > 1, "first run on this VM fails"
+
+
+@pytest.mark.tpu
+def test_broken():
+    assert scoreapi.score(3) == 7, "three scores six"
+"""
+
+
+@pytest.mark.tpu
+@pytest.mark.ssh
+def test_on_a_tpu_vm_the_failures_are_re_run_before_the_vm_is_deleted(
+    tpu_night: Callable[..., tuple[NightOutcome, dict[str, bool]]], nightly_home: Path, tmp_path: Path
+) -> None:
+    repo, _ = make_sglang_repo(tmp_path / "sglang")
+    suite = repo / "test/srt/test_score_api.py"
+    suite.write_text(suite.read_text() + ON_THE_VM)
+    commit_folder(repo, "a flaky test and a broken one")
+    outcome, checks = tpu_night()
+
+    assert not outcome.succeeded and checks["tests_passed"] is False
+    folder = nightly_home / "artefacts/tpu/2026-11-03/v6e-1/tests_tpu"
+    confirm = json.loads((folder / "manifest.json").read_text())["confirm"]
+    assert confirm["passed_on_rerun"] == {"test.srt.test_score_api::test_flaky": 2}
+    assert confirm["confirmed_failing"] == {"test.srt.test_score_api::test_broken": 3}
+    assert [Path(p).name for p in confirm["junit"]] == ["confirm-1.xml", "confirm-2.xml"]
+    with _store(nightly_home) as store:
+        [check] = [c for c in store.checks(KEY) if c.name == "tests_passed"]
+        assert "test_broken" in check.description and "test_flaky" not in check.description
+
+
+def test_the_vms_wholesale_rule_is_the_classifiers() -> None:
+    """remote_suite.py is stdlib-only and cannot import testing/flakiness.py: its defaults must agree."""
+    args = remote_suite._parse(["--source", "s", "--junit", "j", "--timing", "t"])
+    assert args.confirm_wholesale_min == MIN_WHOLESALE_FAILURES
+    assert args.confirm_wholesale_share == inspect.signature(is_wholesale).parameters["share"].default
+    assert args.confirm_attempts == 0  # off unless the suite's confirm: block asks
