@@ -160,6 +160,23 @@ class BazelBuild(StrictModel):
     bootstrap: BazelBootstrap | None = None
 
 
+class Confirm(StrictModel):
+    """How a suite confirms its failures before the night is judged: the failing tests alone are
+    re-run on the same pins in the same environment; one that passes is flaky (same-commit
+    evidence), one that fails every attempt is broken."""
+
+    # Re-runs of each failing test after the suite's own run; 0 turns confirmation off. Two give
+    # three runs in all, what Bazel gives a test marked flaky (its default --flaky_test_attempts).
+    attempts: int = Field(default=2, ge=0, le=10)
+    # Failing tests re-run at most, the first in the report's order; the rest are listed as not
+    # re-run. A night with more failures than a reader can go through in the stage's failures
+    # table (junit.MAX_FAILURE_ROWS) is a breakage, and re-running all of it only costs time.
+    max_tests: int = Field(default=50, ge=1)
+    # Seconds all re-runs of the night may take together; unset: the suite's own timeout_minutes
+    # (a part of the suite gets no more time than the whole did).
+    timeout_s: int | None = Field(default=None, gt=0)
+
+
 class Suite(StrictModel):
     """A test suite: pytest markers (or Bazel targets), a timeout and the runner it needs."""
 
@@ -171,6 +188,7 @@ class Suite(StrictModel):
     runner: RunnerRef
     collect_only_on: list[Arch] = Field(default_factory=list)
     min_gpus: int = Field(default=0, ge=0)
+    confirm: Confirm = Field(default_factory=Confirm)
 
     @model_validator(mode="after")
     def _one_selector(self) -> Suite:

@@ -40,6 +40,7 @@ _PROCESS_SUMMARY = re.compile(r"^INFO: (\d+) process(?:es)?(?:: (.*?))?\.?$", re
 _CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 _OPTION = re.compile(r"--[A-Za-z][\w.-]*(=.*)?", re.DOTALL)
 _KEPT_LOG = re.compile(r"test\.(xml|log)|attempt_\d+\.(xml|log)")
+_RUN_DIR = re.compile(r"(?:^|_)run_\d+_of_(\d+)$")  # --runs_per_test's folder (after a shard's)
 _DEFAULT_PORTS = {"grpcs": 443, "https": 443, "http": 80}
 _GET_CAPABILITIES = "/build.bazel.remote.execution.v2.Capabilities/GetCapabilities"
 _NO_ANSWER = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
@@ -319,9 +320,11 @@ def label_dir(label: str) -> Path:
     return Path(*parts)
 
 
-def collect_testlogs(testlogs: Path, labels: Iterable[str], dest: Path) -> Path:
+def collect_testlogs(testlogs: Path, labels: Iterable[str], dest: Path, runs_per_test: int = 1) -> Path:
     """Copy the reports and logs of `labels` into `dest` (replaced), laid out as bazel-testlogs: that
-    tree also keeps earlier runs' targets, and Bazel replaces it on the next run."""
+    tree also keeps earlier runs' targets, and Bazel replaces it on the next run. A target's folder
+    also keeps what an earlier run with another --runs_per_test wrote (its run_<k>_of_<n> folders,
+    or the plain test.xml beside them): only this run's layout is copied."""
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir(parents=True)
     for label in labels:
@@ -332,6 +335,9 @@ def collect_testlogs(testlogs: Path, labels: Iterable[str], dest: Path) -> Path:
         for path in sorted(source.rglob("*")):
             inner = path.relative_to(source)
             if "test.outputs" in inner.parts or not _KEPT_LOG.fullmatch(path.name) or not path.is_file():
+                continue
+            run = _RUN_DIR.search(inner.parts[0]) if len(inner.parts) > 1 else None
+            if (int(run.group(1)) if run else 1) != runs_per_test:
                 continue
             target = dest / relative / inner
             target.parent.mkdir(parents=True, exist_ok=True)

@@ -135,16 +135,20 @@ class BazelRbeResource(dg.ConfigurableResource):
         timeout_s: float = 4 * 3600,
         runner: str = "bazel",
         output_key: str | None = None,
+        runs_per_test: int = 1,
     ) -> BazelTestRun:
         """`bazel test` the suite in `workspace`; logs, build events and testlogs go under `out_dir`.
         Exit codes 0, 3 (some tests failed) and 4 (no tests) give a result; others raise BazelTestError.
-        Runs given the same `output_key` share one output base (see `_startup`)."""
+        Runs given the same `output_key` share one output base (see `_startup`). `runs_per_test` > 1
+        runs each test that often, none served from the cache (a confirmation re-run)."""
         workspace = _checked_workspace(workspace, BazelTestError)
         targets = bz.checked_patterns("targets", tests.targets)
         filters = bz.checked_patterns("tag_filters", [tests.tag_filters]) if tests.tag_filters else []
         bz.checked_options("extra_args", self.extra_args)
         bep_file = out_dir / "build_events.json"
         options = self._test_options(filters, tests.flaky_test_attempts, bep_file)
+        if runs_per_test > 1:
+            options += [f"--runs_per_test={runs_per_test}", "--cache_test_results=no"]
         attempt, mode, fallback_reason = self._run(
             "test",
             workspace,
@@ -158,7 +162,9 @@ class BazelRbeResource(dg.ConfigurableResource):
         if attempt.returncode not in bz.REPORT_EXIT_CODES:
             raise BazelTestError(attempt.failure(workspace))
         summaries = bz.read_test_summaries(bep_file)
-        testlogs = bz.collect_testlogs(workspace / "bazel-testlogs", summaries, out_dir / "testlogs")
+        testlogs = bz.collect_testlogs(
+            workspace / "bazel-testlogs", summaries, out_dir / "testlogs", runs_per_test
+        )
         report = (
             parse_bazel_testlogs(testlogs, suite, runner)
             if any(testlogs.rglob("test.xml"))

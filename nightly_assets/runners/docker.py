@@ -10,6 +10,7 @@ from pathlib import Path
 import docker  # type: ignore[import-untyped]
 import docker.errors  # type: ignore[import-untyped]
 
+from nightly_assets.artefacts.resources import MissingArtefactError
 from nightly_assets.containers.engine import pull_image
 from nightly_assets.containers.resources import ContainerRegistriesResource, DockerRunnerPoolResource
 from nightly_assets.containers.runner import (
@@ -23,18 +24,20 @@ from nightly_assets.containers.wheels import build_wheels_in_container
 from nightly_assets.devices.facts import DeviceFacts
 from nightly_assets.manifests import EnvironmentManifest
 from nightly_assets.process import CommandError
-from nightly_assets.results import TestReport
+from nightly_assets.results import TestCase, TestReport
 from nightly_assets.runners.protocol import (
     BuiltWheels,
     Capability,
     RunnerBackend,
     StageWork,
     SuiteOutcome,
+    rerun_selection,
     suite_selection,
 )
 from nightly_assets.stage_kinds.test_suite import TestSuiteParams
 from nightly_assets.stage_kinds.wheels import WheelsParams
 from nightly_assets.stages import StageSpec
+from nightly_assets.testing.confirm import Rerunner, pytest_node_id
 from nightly_assets.testing.junit import parse_collect_only, parse_junit
 from nightly_assets.testing.resources import TestRunError, usable
 
@@ -57,7 +60,8 @@ class DockerBackend(RunnerBackend):
     def run_suite(self, work: StageWork) -> SuiteOutcome:
         if not work.in_image:
             raise self.unsupported(work, "a suite outside an image", "name a local runner")
-        return SuiteOutcome(suite_in_image(work))
+        report = suite_in_image(work)
+        return SuiteOutcome(report, rerunner=image_rerunner(work, functools.partial(run_in_image, work)))
 
     def run_command(self, work: StageWork, argv: list[str], output: str, timeout_s: float) -> Path:
         if not work.in_image:
@@ -170,6 +174,49 @@ def image_suite(work: StageWork, gpus: int, run_in: RunIn) -> TestReport:
     return report
 
 
+def image_rerunner(work: StageWork, run_in: RunIn) -> Rerunner:
+    """Failing tests re-run by node id by `run_in` (a container, a pod) of the night's image, with
+    the suite's variables; each round's outputs in confirm-<round>/. The image holds the tests at
+    their paths in the checkout of the image stage's repository (recipes.py), so that checkout
+    here names their files: read only when a test fails (a suite may be materialized alone)."""
+    run, name, spec = work.run, work.spec.stage.name, work.spec
+
+    @functools.cache
+    def checkout() -> Path | None:
+        image_stage = spec.upstream_stage("docker_image")
+        repo = spec.pipeline.repo_of(spec.pipeline.stage(image_stage)) if image_stage else None
+        try:
+            return Path(spec.pinned_repo(work.artefacts, run.key, repo).path)
+        except MissingArtefactError as exc:
+            work.context.log.warning(f"{name}: failing tests cannot be named for a re-run: {exc}")
+            return None
+
+    def address(case: TestCase) -> str | None:
+        root = checkout()
+        return pytest_node_id(case, root) if root is not None else None
+
+    def run_round(node_ids: list[str], number: int, runs: int, timeout_s: float) -> TestReport:
+        assert runs == 1  # pytest re-runs round by round
+        out_dir = run.workdir / f"confirm-{number}"
+        result = run_in(
+            pytest_args=rerun_selection(work, node_ids),
+            collect_only=False,
+            timeout_s=timeout_s,
+            env=suite_env(work),
+            out_dir=out_dir,
+        )
+        log = result.out_dir / "output.log"
+        run.published.append(log)
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:]) if log.is_file() else ""
+        if result.timed_out:
+            raise TestRunError(f"{name}: the re-run in the image timed out after {timeout_s:.0f} s")
+        usable(result.returncode, tail, result.out_dir / "junit.xml")
+        return parse_junit(result.out_dir / "junit.xml", name, run.runner_name)
+
+    why_not = "no test file of its classname in the checkout the image's tests came from (a collection error)"
+    return Rerunner(address, run_round, why_not=why_not)
+
+
 def command_in_image(work: StageWork, argv: list[str], output: str, timeout_s: float) -> Path:
     """`argv` in the night's image; its output file comes back from the run's out folder."""
     _record_devices(work)
@@ -197,8 +244,10 @@ def run_in_image(
     program: list[str] | None = None,
     timeout_s: float,
     env: dict[str, str] | None = None,
+    out_dir: Path | None = None,
 ) -> SuiteRun:
-    """Run a pytest suite (or `program`) in the upstream image; outputs land in run.workdir/out."""
+    """Run a pytest suite (or `program`) in the upstream image; outputs land in `out_dir`
+    (default run.workdir/out)."""
     context, environment, label = work.context, work.env, work.label
     pool: DockerRunnerPoolResource = work.resources.docker_pool
     client = pool.client(label)
@@ -214,7 +263,7 @@ def run_in_image(
         context=context,
         image=image,
         command=command,
-        out_dir=work.run.workdir / "out",
+        out_dir=out_dir or work.run.workdir / "out",
         devices=pool.devices(label),
         env=env or {},
     )

@@ -43,11 +43,15 @@ class KubernetesBackend(RunnerBackend):
         cluster: KubernetesClusterResource = work.resources.kubernetes
         if cluster.stand_in == "docker":
             work.context.log.info(f"no cluster (stand_in: docker): '{work.label}' runs on the Docker engine")
-            return SuiteOutcome(docker.suite_in_image(work), {"kubernetes/stand_in": "docker"})
+            outcome = docker.BACKEND.run_suite(work)
+            outcome.metadata["kubernetes/stand_in"] = "docker"
+            return outcome
         pods: list[PodRun] = []
         run_in = functools.partial(run_in_pod, work, pods)
         report = docker.image_suite(work, placement_of(work).devices(), run_in)
-        return SuiteOutcome(report, pod_metadata(pods))
+        # The suite's pod is the one its metadata names; a re-run's pods are not added to it.
+        rerunner = docker.image_rerunner(work, functools.partial(run_in_pod, work, []))
+        return SuiteOutcome(report, pod_metadata(pods), rerunner)
 
     def run_command(self, work: StageWork, argv: list[str], output: str, timeout_s: float) -> Path:
         if not work.in_image:
@@ -87,9 +91,10 @@ def run_in_pod(
     program: list[str] | None = None,
     timeout_s: float,
     env: dict[str, str] | None = None,
+    out_dir: Path | None = None,
 ) -> PodRun:
     """A suite (or `program`) in the night's image as a pod of the work's runner; outputs land in
-    run.workdir/out. The pod is appended to `pods` for the metadata."""
+    `out_dir` (default run.workdir/out). The pod is appended to `pods` for the metadata."""
     from nightly_assets.kubernetes.pods import PodSpecBuilder
 
     context, environment, run = work.context, work.env, work.run
@@ -122,7 +127,7 @@ def run_in_pod(
         env=env or {},
         base_pod_meta=builder.metadata(labels),
         base_pod_spec=builder.spec(timeout_s),
-        out_dir=run.workdir / "out",
+        out_dir=out_dir or run.workdir / "out",
         where=f"{work.spec.key.to_user_string()} on '{work.label}'",
     )
     pods.append(result)

@@ -5,6 +5,7 @@ image, the suite or command runs in it on this machine's Docker engine instead."
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,11 +21,13 @@ from nightly_assets.runners.protocol import (
     RunnerBackend,
     StageWork,
     SuiteOutcome,
+    rerun_selection,
     suite_selection,
 )
 from nightly_assets.runners.rbe import bazel_wheels
 from nightly_assets.stage_kinds.wheels import WheelsParams
 from nightly_assets.stages import StageSpec
+from nightly_assets.testing.confirm import Rerunner, pytest_node_id
 from nightly_assets.testing.junit import parse_collect_only, parse_junit
 from nightly_assets.testing.resources import LocalTestRunnerResource, without_installed_packages
 
@@ -43,8 +46,9 @@ class LocalBackend(RunnerBackend):
 
     def run_suite(self, work: StageWork) -> SuiteOutcome:
         if work.in_image:
-            return SuiteOutcome(docker.suite_in_image(work))
-        return SuiteOutcome(_pytest_here(work))
+            return docker.BACKEND.run_suite(work)
+        report, rootdir = _pytest_here(work)
+        return SuiteOutcome(report, rerunner=_rerunner_here(work, rootdir))
 
     def build_wheels(self, work: StageWork, params: WheelsParams) -> BuiltWheels:
         if params.builder == "bazel":
@@ -82,9 +86,10 @@ class LocalBackend(RunnerBackend):
         return path
 
 
-def _pytest_here(work: StageWork) -> TestReport:
+def _pytest_here(work: StageWork) -> tuple[TestReport, Path]:
     """The suite with the environment's Python on this host, on GPUs handed to it alone;
-    collect-only where the target's arch is dry-run or this machine has fewer GPUs than it needs."""
+    collect-only where the target's arch is dry-run or this machine has fewer GPUs than it needs.
+    With the report, the folder it ran in (pytest's rootdir)."""
     suite, run, name = work.spec.stage.suite, work.run, work.spec.stage.name
     assert suite is not None
     test_runner: LocalTestRunnerResource = work.resources.test_runner
@@ -125,7 +130,35 @@ def _pytest_here(work: StageWork) -> TestReport:
             )
         report = parse_junit(junit, name, run.runner_name)
     work.context.log.info(f"{name}: {report.counts()}")
-    return report
+    return report, rootdir
+
+
+def _rerunner_here(work: StageWork, rootdir: Path) -> Rerunner:
+    """Failing tests re-run by node id with the same Python, folder, variables and GPU count as
+    the suite; each round's JUnit and log beside the suite's (confirm-<round>.xml / .log)."""
+    suite, run, name = work.spec.stage.suite, work.run, work.spec.stage.name
+    assert suite is not None
+    test_runner: LocalTestRunnerResource = work.resources.test_runner
+
+    def run_round(node_ids: list[str], number: int, runs: int, timeout_s: float) -> TestReport:
+        assert runs == 1  # pytest re-runs round by round
+        junit = run.workdir / f"confirm-{number}.xml"
+        host = test_runner.host_gpus()
+        with handed_devices(work, host, suite.min_gpus, timeout_s) as device_env:
+            test_runner.run_pytest(
+                Path(work.env.python),
+                rootdir,
+                rerun_selection(work, node_ids),
+                junit,
+                timeout_s,
+                run.workdir / f"confirm-{number}.log",
+                env={**docker.suite_env(work), **device_env},
+                passed=run.runner.passed_variables() if run.runner else (),
+            )
+        return parse_junit(junit, name, run.runner_name)
+
+    why_not = f"no test file of its classname under {rootdir} (a collection error)"
+    return Rerunner(functools.partial(pytest_node_id, root=rootdir), run_round, why_not=why_not)
 
 
 def _gpus(work: StageWork, host: HostGpus) -> int:

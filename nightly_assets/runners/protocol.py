@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from nightly_assets.results import TestReport
     from nightly_assets.stage_kinds.wheels import WheelsParams
     from nightly_assets.stages import StageRun, StageSpec
+    from nightly_assets.testing.confirm import Rerunner
 
 # What a backend can be asked to do.
 Capability = Literal["suite", "wheels", "command"]
@@ -69,10 +70,13 @@ class StageWork:
 
 @dataclass
 class SuiteOutcome:
-    """A suite's report and what the backend adds to the asset's metadata."""
+    """A suite's report, what the backend adds to the asset's metadata, and how it re-runs."""
 
     report: TestReport
     metadata: dict[str, object] = field(default_factory=dict)
+    # How the backend re-runs the report's failing tests alone, in the environment and on the pins
+    # the suite ran with (testing/confirm.py); None: it cannot, and they stay unconfirmed.
+    rerunner: Rerunner | None = None
 
 
 @dataclass
@@ -132,3 +136,12 @@ def suite_selection(work: StageWork, gpus: int) -> tuple[list[str], bool]:
     markers = suite.markers.format(arch=target.arch, **target.params) if suite.markers else None
     args = [*suite.paths, *(["-m", markers] if markers is not None else []), *suite.pytest_args]
     return args, target.arch in suite.collect_only_on or gpus < suite.min_gpus
+
+
+def rerun_selection(work: StageWork, node_ids: list[str]) -> list[str]:
+    """The pytest arguments that re-run `node_ids` alone: the node ids in place of the suite's
+    paths, its markers and own arguments kept (a node id they deselect stays deselected)."""
+    suite = work.spec.stage.suite
+    assert suite is not None
+    args, _ = suite_selection(work, suite.min_gpus)
+    return [*node_ids, *args[len(suite.paths) :]]

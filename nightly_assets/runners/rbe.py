@@ -3,13 +3,20 @@ build when the executor does not answer), seed 000's ROCm JAX build."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
+from nightly_assets.catalog.models import BazelTests
+from nightly_assets.rbe import bazel as bz
 from nightly_assets.rbe.resources import BazelRbeResource
+from nightly_assets.rbe.runs import BazelTestRun
+from nightly_assets.results import TestReport
 from nightly_assets.runners.protocol import BuiltWheels, Capability, RunnerBackend, StageWork, SuiteOutcome
 from nightly_assets.stage_kinds.test_suite import TestSuiteParams
 from nightly_assets.stage_kinds.wheels import WheelsParams
 from nightly_assets.stages import StageSpec
+from nightly_assets.testing.confirm import Rerunner
+from nightly_assets.testing.junit import JUnitError, iter_junit
 
 
 class RbeBackend(RunnerBackend):
@@ -48,7 +55,67 @@ def bazel_test(work: StageWork) -> SuiteOutcome:
         )
     run.manifest.update(bazel_mode=result.mode, bazel_fallback=result.fallback_reason)
     context.log.info(f"{spec.stage.name}: {result.report.counts()} ({result.mode})")
-    return SuiteOutcome(result.report, result.metadata())
+    rerunner = bazel_rerunner(
+        bazel_rbe,
+        workspace,
+        result,
+        suite=spec.stage.name,
+        out_dir=run.workdir / "bazel-confirm",
+        runner=run.runner_name,
+        output_key=spec.output_key(run.key),
+    )
+    return SuiteOutcome(result.report, result.metadata(), rerunner)
+
+
+def bazel_rerunner(
+    bazel_rbe: BazelRbeResource,
+    workspace: Path,
+    result: BazelTestRun,
+    *,
+    suite: str,
+    out_dir: Path,
+    runner: str,
+    output_key: str | None = None,
+) -> Rerunner:
+    """Failing tests re-run as their targets: `bazel test --runs_per_test=N` of the targets whose
+    cases failed in `result`, every attempt in one Bazel run, its outputs under `out_dir`."""
+
+    @functools.cache  # read only when a test failed
+    def targets() -> dict[str, str]:
+        failed = [label for label, summary in result.targets.items() if summary.status != "PASSED"]
+        return case_targets(result.testlogs_dir, failed)
+
+    def run_round(labels: list[str], number: int, runs: int, timeout_s: float) -> TestReport:
+        again = bazel_rbe.run_tests(
+            workspace,
+            BazelTests(targets=labels, flaky_test_attempts=1),  # named targets: no tag filter
+            suite=suite,
+            out_dir=out_dir,
+            timeout_s=timeout_s,
+            runner=runner,
+            output_key=output_key,
+            runs_per_test=runs,
+        )
+        return again.report
+
+    return Rerunner(
+        lambda case: targets().get(case.node_id),
+        run_round,
+        runs_at_once=True,
+        why_not="its Bazel target is not among the targets that failed",
+    )
+
+
+def case_targets(testlogs: Path, labels: list[str]) -> dict[str, str]:
+    """The test cases of `labels` in a collected bazel-testlogs tree, node id -> target label."""
+    found: dict[str, str] = {}
+    for label in labels:
+        for xml in sorted((testlogs / bz.label_dir(label)).rglob("test.xml")):
+            try:
+                found.update((case.node_id, label) for case in iter_junit(xml, label))
+            except JUnitError:
+                continue  # the report already holds the fault as an error case of the target
+    return found
 
 
 def bazel_wheels(work: StageWork, params: WheelsParams, *, remote: bool) -> BuiltWheels:

@@ -1,16 +1,21 @@
 """The tpu_vm runner kind: a suite on a fresh TPU VM over SSH, its cost in the warehouse, checks
 that the VM was deleted and the run kept within the pipeline's budget (seed 003)."""
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import dagster as dg
 
+from nightly_assets.results import TestReport
 from nightly_assets.runners.protocol import Capability, RunnerBackend, StageWork, SuiteOutcome
-from nightly_assets.stages import StageSpec
+from nightly_assets.stages import StageRun, StageSpec
+from nightly_assets.testing.confirm import Rerunner
+from nightly_assets.testing.junit import parse_junit
+from nightly_assets.testing.resources import TestRunError
 from nightly_assets.tpu import checks as tpu_checks
 from nightly_assets.tpu.nodes import TpuApiError
 from nightly_assets.tpu.resources import TpuVmResource, recently_ended_run_ids
-from nightly_assets.tpu.stage import TpuSuiteParams, run_suite_on_vm
+from nightly_assets.tpu.stage import TpuSuiteParams, confirmation_file, run_suite_on_vm
 from nightly_assets.warehouse.rows import MachineCost
 
 
@@ -74,7 +79,26 @@ def run_suite_on_tpu_vm(work: StageWork) -> SuiteOutcome:
         "tpu/cost_usd": dg.MetadataValue.float(cost.cost_usd),
         "tpu/log": dg.MetadataValue.path(str(result.outcome.log_path)),
     }
-    return SuiteOutcome(result.report, metadata)
+    rerunner = _rerun_on_the_vm(result.outcome.fetched, spec.stage.name, run)
+    return SuiteOutcome(result.report, metadata, rerunner)
+
+
+def _rerun_on_the_vm(fetched: Mapping[str, Path], name: str, run: StageRun) -> Rerunner:
+    """The VM re-ran the failing tests before it was deleted (remote_suite.py, as the suite's
+    confirm: block says): each round's report is read back here as confirmation asks for it."""
+
+    def run_round(node_ids: list[str], number: int, runs: int, timeout_s: float) -> TestReport:
+        path = fetched.get(confirmation_file(number))
+        if path is None:
+            raise TestRunError(f"the TPU VM brought back no {confirmation_file(number)} (see its log)")
+        run.published.append(path)
+        return parse_junit(path, name, run.runner_name)
+
+    return Rerunner(
+        lambda case: case.node_id if case.classname else None,
+        run_round,
+        why_not="not a test the VM could re-run alone (a collection error)",
+    )
 
 
 def _sweep_leftovers(context: dg.AssetExecutionContext, tpu_vms: TpuVmResource, zone: str) -> None:

@@ -1,5 +1,5 @@
 """The test_suite stage: a suite by markers (or Bazel targets), run by its runner's backend, its
-JUnit recorded and checked."""
+failures confirmed by re-runs (testing/confirm.py), its JUnit recorded and checked."""
 
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +15,7 @@ from nightly_assets.runners.protocol import RunnerBackend, StageWork
 from nightly_assets.stage_kinds.spec import RepoParams, StageKind
 from nightly_assets.stages import StageSpec, recorded_devices, recorded_stage, stage_events
 from nightly_assets.testing import checks, health
+from nightly_assets.testing.confirm import confirm_failures
 from nightly_assets.testing.junit import report_metadata
 from nightly_assets.tpu.stage import TpuSuiteParams
 from nightly_assets.warehouse.resources import WarehouseResource
@@ -66,7 +67,15 @@ def build_test_suite_asset(spec: StageSpec) -> dg.AssetsDefinition:
             assert suite is not None  # the catalog guarantees it for test_suite stages
             work = StageWork(context, spec, run, environment, gpus=suite.min_gpus)
             outcome = suite_backend(spec, run.runner_kind).run_suite(work)
-            report = outcome.report
+            confirmation = confirm_failures(
+                outcome.report,
+                suite.confirm,
+                outcome.rerunner,
+                budget_s=suite.confirm.timeout_s or suite.timeout_minutes * 60,
+                where=f"'{run.runner_name}' ({run.runner_kind or 'local'})",
+                log=context.log.info,
+            )
+            report = confirmation.report
             store = warehouse.store()
             devices = recorded_devices(run)
             if devices is not None:
@@ -76,6 +85,8 @@ def build_test_suite_asset(spec: StageSpec) -> dg.AssetsDefinition:
             run.manifest.update(
                 report=report.counts(), collect_only=report.collect_only, junit=list(report.source_files)
             )
+            if confirmation.rerun or confirmation.not_rerun:
+                run.manifest["confirm"] = confirmation.manifest()
             run.published.extend(Path(f) for f in report.source_files)
             quarantined: set[str] = set()
             if thresholds.quarantine_clean_nights is not None and not report.collect_only:
@@ -96,11 +107,15 @@ def build_test_suite_asset(spec: StageSpec) -> dg.AssetsDefinition:
             if quarantined:
                 run.manifest["quarantined"] = sorted(quarantined)
             run.detail = f"{report.count('passed')}/{report.total} passed" + _problems(report)
+            run.detail += confirmation.summary()
             if not passed.passed:
                 run.failure = passed.description
         devices = recorded_devices(run)
         device_metadata = {"devices": devices.describe()} if devices is not None else {}
-        yield from stage_events(run, {**report_metadata(report), **outcome.metadata, **device_metadata})
+        yield from stage_events(
+            run,
+            {**report_metadata(report), **confirmation.metadata(), **outcome.metadata, **device_metadata},
+        )
 
     return _test_report
 

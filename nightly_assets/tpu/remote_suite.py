@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tarfile
 import time
+import xml.etree.ElementTree as ET  # the JUnit pytest just wrote here, nothing foreign
 
 
 def _parse(argv):
@@ -25,6 +26,13 @@ def _parse(argv):
     parser.add_argument("--pip-arg", action="append", default=[], dest="pip_args")
     parser.add_argument("--pytest-arg", action="append", default=[], dest="pytest_args")
     parser.add_argument("--commit", default="unknown")
+    # Confirming failures here, while the VM lives (the suite's confirm: block; the wholesale
+    # rule's defaults are testing/flakiness.is_wholesale's): the failing tests alone, by rounds.
+    parser.add_argument("--confirm-attempts", type=int, default=0)
+    parser.add_argument("--confirm-max-tests", type=int, default=0)
+    parser.add_argument("--confirm-timeout", type=float, default=0.0)
+    parser.add_argument("--confirm-wholesale-share", type=float, default=0.5)
+    parser.add_argument("--confirm-wholesale-min", type=int, default=5)
     parser.add_argument("paths", nargs="*")
     return parser.parse_args(argv)
 
@@ -74,10 +82,9 @@ def main(argv=None):
     timing = os.path.join(here, args.timing)  # an absolute --timing stays absolute
     junit = os.path.join(here, args.junit)
     env = dict(os.environ, NIGHTLY_TIMING_FILE=timing, COMMIT=args.commit, GITHUB_SHA=args.commit)
-    command = [python, "-m", "pytest", "-p", "no:cacheprovider", "-rA", "--junitxml=" + junit]
-    if args.markers:
-        command += ["-m", args.markers]
-    command += args.pytest_args
+    pytest = [python, "-m", "pytest", "-p", "no:cacheprovider", "-rA"]
+    selection = [*(["-m", args.markers] if args.markers else []), *args.pytest_args]
+    command = [*pytest, "--junitxml=" + junit, *selection]
     started = time.time()
     print("remote_suite: " + " ".join([*command, "--", *args.paths]), flush=True)
     code_ = subprocess.run([*command, "--", *args.paths], cwd=code, env=env).returncode
@@ -86,7 +93,59 @@ def main(argv=None):
         with open(timing, "w") as handle:
             json.dump({"timestamp": started, "elapsed_seconds": elapsed, "commit": args.commit}, handle)
     print(f"remote_suite: pytest exited {code_} after {elapsed:.1f} s", flush=True)
+    if code_ == 1 and args.confirm_attempts > 0:
+        try:
+            _confirm(args, [*pytest, *selection], code, env, junit, here)
+        except (OSError, ET.ParseError) as exc:  # the suite's own verdict stands, unconfirmed
+            print(f"remote_suite: confirmation stopped: {exc}", flush=True)
     return code_
+
+
+def _failing(junit, code):
+    """(tests that ran, tests that failed, the failing ones' node ids that name a file under
+    `code`) of a JUnit file."""
+    ran, failed, failing = 0, 0, []
+    for case in ET.parse(junit).iter("testcase"):  # noqa: S314  # our own pytest's file
+        tags = {child.tag for child in case}
+        if "skipped" in tags:
+            continue
+        ran += 1
+        if not tags & {"failure", "error"}:
+            continue
+        failed += 1
+        parts = (case.get("classname") or "").split(".") if case.get("classname") else []
+        for cut in range(len(parts), 0, -1):  # as testing/confirm.py's pytest_node_id
+            path = "/".join(parts[:cut]) + ".py"
+            if os.path.isfile(os.path.join(code, path)):
+                failing.append("::".join([path, *parts[cut:], case.get("name") or ""]))
+                break
+    return ran, failed, failing
+
+
+def _confirm(args, command, code, env, junit, here):
+    """Re-run the failing tests alone, at most --confirm-attempts rounds, each round only what
+    still fails, writing confirm-<round>.xml; nothing for a wholesale failure."""
+    ran, failed, failing = _failing(junit, code)
+    if failed >= max(args.confirm_wholesale_share * ran, args.confirm_wholesale_min):
+        print(f"remote_suite: {failed} of {ran} failed: wholesale, not re-run", flush=True)
+        return
+    failing = failing[: args.confirm_max_tests]
+    deadline = time.time() + args.confirm_timeout
+    for number in range(1, args.confirm_attempts + 1):
+        left = deadline - time.time()
+        if not failing or left <= 0:
+            return
+        out = os.path.join(here, f"confirm-{number}.xml")
+        print(f"remote_suite: confirmation re-run {number}: {len(failing)} test(s)", flush=True)
+        try:
+            subprocess.run([*command, "--junitxml=" + out, "--", *failing], cwd=code, env=env, timeout=left)
+        except subprocess.TimeoutExpired:
+            print(f"remote_suite: confirmation re-run {number} ran out of time", flush=True)
+            return
+        if not os.path.exists(out):
+            return
+        still = set(_failing(out, code)[2])
+        failing = [test for test in failing if test in still]
 
 
 if __name__ == "__main__":

@@ -92,13 +92,25 @@ def suite_for(
     argv += [flag for flag, on in (("--venv", params.venv), ("--install", params.install)) if on]
     argv += [f"--pip-arg={arg}" for arg in params.pip_args]
     argv += [f"--pytest-arg={arg}" for arg in suite.pytest_args]
+    # Failures are confirmed on the VM, which is gone by the time the stage judges the night.
+    confirm, timeout_s = suite.confirm, suite.timeout_minutes * 60
+    budget_s = (confirm.timeout_s or timeout_s) if confirm.attempts else 0
+    if confirm.attempts:
+        argv += [f"--confirm-attempts={confirm.attempts}", f"--confirm-max-tests={confirm.max_tests}"]
+        argv += [f"--confirm-timeout={budget_s}"]
     return TpuSuite(
         argv=[*argv, "--", *suite.paths],
         junit_file="junit.xml",
         timing_file=params.timing_file,
         uploads={"remote_suite.py": REMOTE_SCRIPT, "source.tar.gz": tarball},
-        timeout_s=suite.timeout_minutes * 60,
+        timeout_s=timeout_s + budget_s,
+        fetch=[confirmation_file(n) for n in range(1, confirm.attempts + 1)],  # those it wrote
     )
+
+
+def confirmation_file(number: int) -> str:
+    """The JUnit of the VM's confirmation re-run `number` (remote_suite.py writes it)."""
+    return f"confirm-{number}.xml"
 
 
 def run_suite_on_vm(
