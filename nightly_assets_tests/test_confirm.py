@@ -19,7 +19,7 @@ from nightly_assets.night import NightOutcome
 from nightly_assets.resources import resources_for
 from nightly_assets.results import Outcome, TestCase, TestReport
 from nightly_assets.runners.rbe import bazel_rerunner, case_targets
-from nightly_assets.testing.confirm import Rerunner, confirm_failures, pytest_node_id
+from nightly_assets.testing.confirm import Rerunner, confirm_failures, pytest_node_id, select
 from nightly_assets.testing.flakiness import MIN_WHOLESALE_FAILURES, is_wholesale
 from nightly_assets.testing.resources import TestRunError
 from nightly_assets.tpu import remote_suite
@@ -475,3 +475,16 @@ def test_the_vms_wholesale_rule_is_the_classifiers() -> None:
     assert args.confirm_wholesale_min == MIN_WHOLESALE_FAILURES
     assert args.confirm_wholesale_share == inspect.signature(is_wholesale).parameters["share"].default
     assert args.confirm_attempts == 0  # off unless the suite's confirm: block asks
+
+
+def test_past_max_tests_tonights_new_failures_are_re_run_before_long_broken_ones() -> None:
+    """Long-broken tests listed first must not crowd out the new failure whose alert the re-run decides."""
+    report = TestReport(
+        "unit",
+        tuple(TestCase("tests.t", f"test_{n}", "failed") for n in ("old_1", "old_2", "new")),
+    )
+    chosen, not_rerun = select(report, Confirm(max_tests=1), {"tests.t::test_old_1", "tests.t::test_old_2"})
+    assert [c.node_id for c in chosen] == ["tests.t::test_new"]
+    assert sorted(not_rerun) == ["tests.t::test_old_1", "tests.t::test_old_2"]
+    chosen, _ = select(report, Confirm(max_tests=1))
+    assert [c.node_id for c in chosen] == ["tests.t::test_old_1"]  # report order without history

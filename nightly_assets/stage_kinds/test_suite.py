@@ -1,6 +1,7 @@
 """The test_suite stage: a suite by markers (or Bazel targets), run by its runner's backend, its
 failures confirmed by re-runs (testing/confirm.py), its JUnit recorded and checked."""
 
+import datetime as dt
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -9,7 +10,7 @@ from pydantic import Field
 
 from nightly_assets.artefacts.resources import ArtefactStoreResource
 from nightly_assets.manifests import EnvironmentManifest
-from nightly_assets.results import TestReport
+from nightly_assets.results import NightKey, TestReport
 from nightly_assets.runners import backend, runner_kinds
 from nightly_assets.runners.protocol import RunnerBackend, StageWork
 from nightly_assets.stage_kinds.spec import RepoParams, StageKind
@@ -19,6 +20,7 @@ from nightly_assets.testing.confirm import confirm_failures
 from nightly_assets.testing.junit import report_metadata
 from nightly_assets.tpu.stage import TpuSuiteParams
 from nightly_assets.warehouse.resources import WarehouseResource
+from nightly_assets.warehouse.store import Warehouse
 
 QUARANTINE_WINDOW_NIGHTS = 30  # the nights a failing test's flakiness is judged over
 
@@ -67,6 +69,8 @@ def build_test_suite_asset(spec: StageSpec) -> dg.AssetsDefinition:
             assert suite is not None  # the catalog guarantees it for test_suite stages
             work = StageWork(context, spec, run, environment, gpus=suite.min_gpus)
             outcome = suite_backend(spec, run.runner_kind).run_suite(work)
+            store = warehouse.store()
+            previous = store.previous_suite_total(run.key, spec.stage.name)
             confirmation = confirm_failures(
                 outcome.report,
                 suite.confirm,
@@ -74,13 +78,12 @@ def build_test_suite_asset(spec: StageSpec) -> dg.AssetsDefinition:
                 budget_s=suite.confirm.timeout_s or suite.timeout_minutes * 60,
                 where=f"'{run.runner_name}' ({run.runner_kind or 'local'})",
                 log=context.log.info,
+                failing_before=_failing_on(store, run.key, spec.stage.name, previous),
             )
             report = confirmation.report
-            store = warehouse.store()
             devices = recorded_devices(run)
             if devices is not None:
                 store.record_device_facts(run.key, spec.stage.name, run.runner_name, devices)
-            previous = store.previous_suite_total(run.key, spec.stage.name)
             store.record_test_report(run.key, report)
             run.manifest.update(
                 report=report.counts(), collect_only=report.collect_only, junit=list(report.source_files)
@@ -118,6 +121,16 @@ def build_test_suite_asset(spec: StageSpec) -> dg.AssetsDefinition:
         )
 
     return _test_report
+
+
+def _failing_on(
+    store: Warehouse, key: NightKey, suite: str, previous: tuple[dt.date, int] | None
+) -> set[str]:
+    """Node ids of the suite's failures on its previous night that ran (none: no such night)."""
+    if previous is None:
+        return set()
+    night = NightKey(key.pipeline, previous[0], key.target)
+    return {c.node_id for c in store.failed_cases(night, suite)}
 
 
 def _problems(report: TestReport) -> str:

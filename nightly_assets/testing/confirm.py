@@ -14,6 +14,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -107,10 +108,15 @@ class Confirmation:
         return f"; {len(self.passed_on_rerun)} passed on a confirmation re-run"
 
 
-def select(report: TestReport, confirm: Confirm) -> tuple[list[TestCase], dict[str, str]]:
+def select(
+    report: TestReport, confirm: Confirm, failing_before: AbstractSet[str] = frozenset()
+) -> tuple[list[TestCase], dict[str, str]]:
     """The failing tests to re-run, and those left out with why. A collect-only report ran
-    nothing; a wholesale failure (an infra failure, or a breakage of the whole suite) is not re-run."""
-    failures = list(report.failures)
+    nothing; a wholesale failure (an infra failure, or a breakage of the whole suite) is not re-run.
+    Past `max_tests`, tonight's new failures go first: a test that also failed the night before
+    (`failing_before`, node ids) has had its verdict already, and long-broken tests must not
+    crowd out the ones whose alert tonight's re-run decides."""
+    failures = sorted(report.failures, key=lambda c: c.node_id in failing_before)
     if report.collect_only or not failures or confirm.attempts == 0:
         return [], {}
     ran = report.count("passed") + len(failures)
@@ -129,11 +135,12 @@ def confirm_failures(
     *,
     budget_s: float,
     where: str,
+    failing_before: AbstractSet[str] = frozenset(),
     log: Callable[[str], None] = _log.info,
 ) -> Confirmation:
     """Re-run the report's failing tests as `confirm` allows and merge what they gave; `where`
     names the runner for the note when it cannot re-run (`rerunner` None)."""
-    chosen, not_rerun = select(report, confirm)
+    chosen, not_rerun = select(report, confirm, failing_before)
     done = Confirmation(report, attempts=confirm.attempts, not_rerun=not_rerun)
     if not chosen:
         return done
