@@ -156,7 +156,7 @@ def test_parse_junit_carries_messages_and_names(junit_file: Path) -> None:
 def test_collection_errors_carry_their_cause_and_count_as_errors(tmp_path: Path) -> None:
     """A real pytest run whose modules fail to import: each error case says why, and the check
     counts errors as errors, as the stage's table does."""
-    (tmp_path / "test_needs_module.py").write_text("import hypothesis_not_installed\n\ndef test_a():\n    pass\n")
+    (tmp_path / "test_needs_module.py").write_text("import hypothesis_not_installed\n")
     (tmp_path / "test_syntax.py").write_text("def broken(:\n    pass\n")
     (tmp_path / "test_raises.py").write_text("raise RuntimeError('no config at import')\n")
     xml_path = tmp_path / "collect.xml"
@@ -166,7 +166,9 @@ def test_collection_errors_carry_their_cause_and_count_as_errors(tmp_path: Path)
     report = parse_junit(xml_path, suite="unit")
     messages = {case.name: case.message for case in report.cases}
     assert messages == {
-        "test_needs_module": "collection failure: ModuleNotFoundError: No module named 'hypothesis_not_installed'",
+        "test_needs_module": (
+            "collection failure: ModuleNotFoundError: No module named 'hypothesis_not_installed'"
+        ),
         "test_syntax": messages["test_syntax"],
         "test_raises": "collection failure: RuntimeError: no config at import",
     }

@@ -77,7 +77,7 @@ def failure_summary(
 
 
 def failed_and_errors(report: TestReport) -> str:
-    """"1 failed", "14 errors", "1 failed, 2 errors": errors (a test that could not run, e.g. a
+    """ "1 failed", "14 errors", "1 failed, 2 errors": errors (a test that could not run, e.g. a
     module that failed to import) are counted as errors, as the stage's table counts them."""
     failed, errors = report.count("failed"), report.count("error")
     parts = [f"{failed} failed"] if failed or not errors else []

@@ -399,7 +399,9 @@ def _one_line(message: str | None) -> str:
 # pytest's fixed `message` of a module that failed to collect; the cause is in the element's text.
 PYTEST_COLLECTION_FAILURE = "collection failure"
 # A line of pytest's error block ("E   ModuleNotFoundError: No module named 'x'") naming an exception.
-_EXCEPTION_LINE = re.compile(r"^E\s+([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning|Failed|Skipped)\b.*)$")
+# Python's naming convention for exception classes (and pytest's outcomes) is what is matched.
+_EXCEPTION_NAME = r"[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning|Failed|Skipped)"
+_EXCEPTION_LINE = re.compile(rf"^E\s+({_EXCEPTION_NAME}\b.*)$")
 
 
 def collection_cause(traceback: str) -> str:
