@@ -18,6 +18,8 @@ from nightly_assets.containers.resources import DockerRunnerPoolResource
 from nightly_assets.definitions import build_definitions
 from nightly_assets.night import run_night
 from nightly_assets.partitions import partition_key
+from nightly_assets.reporting.alerts import alert_observation
+from nightly_assets.reporting.resources import Alert, FileNotifierResource
 from nightly_assets.resources import resources_for
 from nightly_assets.results import NightKey
 
@@ -117,3 +119,19 @@ def test_a_failed_night_materializes_its_evidence_and_still_fails(
 def outcome_stages(nightly_home: Path) -> list:
     store = resources_for("local", nightly_home)["warehouse"].store()
     return list(store.stages(FAILED_NIGHT))
+
+
+def test_an_alert_of_a_whole_night_or_of_no_night_is_recorded_without_a_partition(tmp_path):
+    catalog = load_catalog()
+    notifier = FileNotifierResource(path=str(tmp_path / "alerts.jsonl"))
+    for partition, expected in [
+        ("2026-11-07|cpu", PARTITION),
+        ("2026-11-07", None),  # a missing night: its text names the targets
+        ("unpartitioned", None),  # a run of no night
+        ("2026-11-07|no_such_target", None),
+    ]:
+        alert = Alert("demo", partition, "error", "t", "", "#nightly-demo", ["why"])
+        observation = alert_observation(catalog, alert, notifier.destination(alert))
+        assert observation.partition == expected, partition
+        assert observation.asset_key == dg.AssetKey(["demo", "night_summary"])
+        assert "alerted_run" not in observation.metadata  # no run to link
