@@ -31,6 +31,7 @@ from nightly_assets.culprits.checks import culprit_line
 from nightly_assets.culprits.sensors import culprit_job_name
 from nightly_assets.night import execute_partition, run_night
 from nightly_assets.pipelines import nightly_job_name
+from nightly_assets.reporting.alerts import record_sent
 from nightly_assets.reporting.follow_up import follow_up_run
 from nightly_assets.reporting.summary import night_summary
 from nightly_assets.resources import local_package_sources, resources_for
@@ -289,6 +290,8 @@ def _culprits(catalog: Catalog, name: str, night_text: str, target: str | None) 
             print(f"== {key}: {culprit_job_name(name)}")
             succeeded, run = execute_partition(defs, inst, culprit_job_name(name), key, _say)
             done = follow_up_run(inst, run, catalog, resources.notifier, store)
+            if done is not None:
+                record_sent(inst, catalog, done.alerts, resources.notifier, done.unsent)
             for alert in done.alerts if done else []:
                 print(f"!! alert ({alert.severity}): {alert.title}")
             for found in store.culprits(key):

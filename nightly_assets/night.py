@@ -21,6 +21,7 @@ from nightly_assets.catalog.models import Catalog
 from nightly_assets.night_lease import this_process_tag
 from nightly_assets.partitions import partition_key
 from nightly_assets.pipelines import nightly_job_name
+from nightly_assets.reporting.alerts import record_sent
 from nightly_assets.reporting.follow_up import (
     CANCELLED,
     SUMMARY_OF_TAG,
@@ -76,6 +77,8 @@ def run_night(
         succeeded, run = execute_partition(defs, instance, nightly_job_name(key.pipeline), key, progress)
         cancelled = run.status == dg.DagsterRunStatus.CANCELED
         done = follow_up_run(instance, run, catalog, resolved.notifier, store)
+        if done is not None:  # the UI shows what was sent, as under the daemon's sensors
+            record_sent(instance, catalog, done.alerts, resolved.notifier, done.unsent)
         summary_run = None
         alerts, unsent = (done.alerts, dict(done.unsent)) if done else ([], {})
         summaries, selections = (done.summaries, done.selections) if done else ([], {})
@@ -95,6 +98,7 @@ def run_night(
             # Its checks (the test health judged there) alert as the daemon's sensor would.
             summarized = follow_up_run(instance, summary_run, catalog, resolved.notifier, store)
             if summarized is not None:
+                record_sent(instance, catalog, summarized.alerts, resolved.notifier, summarized.unsent)
                 unsent |= {len(alerts) + i: why for i, why in summarized.unsent.items()}
                 alerts = [*alerts, *summarized.alerts]
     run = instance.get_run_by_id(run.run_id) or run

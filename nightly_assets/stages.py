@@ -144,7 +144,7 @@ class StageRun:
     detail: str | None = None
     status: str = "success"  # a stage that ran but found failures (tests) records "failure"
     # Set when the stage ran to its end but the night failed here (failing tests, lint findings):
-    # its results are recorded, then its step fails, so the UI shows the night failed on this asset.
+    # its results are recorded and materialized, then its step fails, so the run fails here.
     failure: str | None = None
     checks: list[dg.AssetCheckResult] = field(default_factory=list)
     published: list[Path] = field(default_factory=list)  # files to link besides the folder's reports
@@ -173,14 +173,27 @@ def recorded_devices(run: StageRun) -> DeviceFacts | None:
 def stage_events(
     run: StageRun, metadata: Mapping[str, object]
 ) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
-    """The asset's events: its materialization with its checks, or, when the night failed at this
-    stage, its checks and then a failed step carrying the same metadata (the partition shows Failed)."""
+    """The asset's events: its materialization with its checks and, when the night failed at this
+    stage, then a failed step carrying the same metadata.
+
+    A failed stage is materialized too: open-source Dagster shows a partition's metadata only from
+    a materialization (a failed step's or an observation's metadata stays in the run's logs), and
+    the report of a failed night is what a release engineer opens first. Its `verdict` says FAILED,
+    its blocking check fails and its step fails, so the run fails and no stage after it runs.
+    """
     full = {**metadata, **run.link_metadata()}
     if run.failure is None:
         yield dg.MaterializeResult(metadata=full, check_results=run.checks)  # type: ignore[arg-type]
         return
-    yield from run.checks
+    full = {"verdict": f"FAILED: {failure_headline(run.failure)}", **full}
+    yield dg.MaterializeResult(metadata=full, check_results=run.checks)  # type: ignore[arg-type]
     raise dg.Failure(description=run.failure, metadata=full)  # type: ignore[arg-type]
+
+
+def failure_headline(failure: str) -> str:
+    """The first line of a stage's failure ("11 passed, 1 failed of 12"), without its list."""
+    first = next((line.strip() for line in failure.splitlines() if line.strip()), "failed")
+    return first.removesuffix(":")
 
 
 @contextlib.contextmanager

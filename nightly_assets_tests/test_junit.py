@@ -15,6 +15,7 @@ import dagster as dg
 import pytest
 
 from nightly_assets.results import TestCase, TestReport
+from nightly_assets.testing import checks
 from nightly_assets.testing.junit import (
     MAX_MESSAGE_CHARS,
     MAX_NAME_CHARS,
@@ -150,6 +151,47 @@ def test_parse_junit_carries_messages_and_names(junit_file: Path) -> None:
     assert cases["test_adds"].message is None
     assert cases["test_truthy[a|b]"].classname == "test_sample"
     assert cases["test_truthy[a|b]"].node_id == "test_sample::test_truthy[a|b]"
+
+
+def test_collection_errors_carry_their_cause_and_count_as_errors(tmp_path: Path) -> None:
+    """A real pytest run whose modules fail to import: each error case says why, and the check
+    counts errors as errors, as the stage's table does."""
+    (tmp_path / "test_needs_module.py").write_text("import hypothesis_not_installed\n")
+    (tmp_path / "test_syntax.py").write_text("def broken(:\n    pass\n")
+    (tmp_path / "test_raises.py").write_text("raise RuntimeError('no config at import')\n")
+    xml_path = tmp_path / "collect.xml"
+    result = _run_pytest(tmp_path, f"--junitxml={xml_path}", ".")
+    assert result.returncode == 2, result.stdout + result.stderr  # 2 = interrupted by collection errors
+
+    report = parse_junit(xml_path, suite="unit")
+    messages = {case.name: case.message for case in report.cases}
+    assert messages == {
+        "test_needs_module": (
+            "collection failure: ModuleNotFoundError: No module named 'hypothesis_not_installed'"
+        ),
+        "test_syntax": messages["test_syntax"],
+        "test_raises": "collection failure: RuntimeError: no config at import",
+    }
+    assert (messages["test_syntax"] or "").startswith("collection failure: SyntaxError: ")
+    assert {case.outcome for case in report.cases} == {"error"}
+
+    check = checks.tests_passed(dg.AssetKey(["p", "tests_unit"]), report)
+    assert not check.passed
+    assert (check.description or "").startswith("0 passed, 3 errors of 3:")
+    assert "No module named 'hypothesis_not_installed'" in (check.description or "")
+    table = report_metadata(report)["failed_tests"].value.records  # type: ignore[attr-defined]
+    assert any("No module named 'hypothesis_not_installed'" in r.data["message"] for r in table)
+
+
+def test_failed_and_errors_are_counted_apart() -> None:
+    def report(*outcomes: str) -> TestReport:
+        cases = [TestCase("m", f"t{i}", o, 0.0) for i, o in enumerate(outcomes)]  # type: ignore[arg-type]
+        return TestReport(suite="unit", runner="local", cases=tuple(cases))
+
+    assert checks.failed_and_errors(report("passed", "failed")) == "1 failed"
+    assert checks.failed_and_errors(report("error", "error")) == "2 errors"
+    assert checks.failed_and_errors(report("failed", "error")) == "1 failed, 1 error"
+    assert checks.failed_and_errors(report("passed")) == "0 failed"
 
 
 def test_parse_junit_files_merges_reports(junit_file: Path, tmp_path: Path) -> None:

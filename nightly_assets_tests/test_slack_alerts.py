@@ -79,3 +79,17 @@ def test_the_failure_sensor_posts_to_slack_and_retries_after_an_outage(
     assert tags["nightly/followed_up"] == outcome.run.run_id
     evaluate_repair()
     assert isinstance(evaluate(), dg.SkipReason) and len(fake.posts) == 1  # sent once
+
+    # Each alert that went out is on the night's summary in the UI, with where it went: the CLI's
+    # file inbox first, then Slack's channel; the bot token and the API URL never.
+    observations = instance.fetch_observations(
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey(["demo", "night_summary"])), limit=10
+    ).records
+    sent = [o.asset_observation for o in observations if o.asset_observation is not None]
+    alerts = [o for o in sent if o.description == "demo night 2026-11-07 cpu failed"]
+    destinations = sorted(str(o.metadata["sent_to"].value) for o in alerts)
+    assert destinations == ["Slack channel #nightly-demo", f"file {nightly_home / 'alerts.jsonl'}"]
+    for observation in alerts:
+        assert observation.partition == "2026-11-07|cpu"
+        shown = " ".join(str(v.value) for v in observation.metadata.values())
+        assert fake.token not in shown and api_url not in shown

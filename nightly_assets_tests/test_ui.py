@@ -206,6 +206,9 @@ def browser() -> Iterator[Any]:
 @pytest.fixture
 def page(browser: Any, ui: UI) -> Iterator[Any]:
     context = browser.new_context(viewport={"width": 1600, "height": 1000})
+    # The "join the community" dialog of a new browser, dismissed as its Skip button does: it can
+    # open seconds after a page loads on a busy machine, over whatever is clicked next.
+    context.add_init_script("window.localStorage.setItem('communityNux', JSON.stringify('1'))")
     page = context.new_page()
     page.set_default_timeout(30_000)
     yield page
@@ -250,8 +253,21 @@ def test_the_lineage_of_every_pipeline_renders(page, ui):
 
 
 def test_a_failed_night_is_failed_on_its_test_report(page, ui):
-    open_page(page, ui, "/assets/demo/tests_unit?view=partitions")
-    page.get_by_text(f"Failed ({len(FAILED_NIGHTS)})", exact=True).wait_for()
+    """The failed night's partition of its test report shows its evidence, and reads as failed:
+    the verdict says FAILED, its run failed and its blocking check failed."""
+    night = FAILED_NIGHTS[0]
+    open_page(page, ui, f"/assets/demo/tests_unit?view=partitions&partition={night}|cpu")
+    page.get_by_text("verdict", exact=True).wait_for()
+    text = page.locator("body").inner_text()
+    assert f"{night}|cpu" in text
+    assert "FAILED: " in text and "1 failed of" in text  # the verdict, with the counts below it
+    assert "tests.test_reduce::test_mean" in text and "assert 4.0 == 3.0" in text  # with its message
+    link = page.locator('a[href$="/tests_unit/pytest.log"]').first
+    href = link.get_attribute("href")
+    assert href is not None and href.startswith(ui.env["NIGHTLY_ARTEFACTS_URL"])
+    with urllib.request.urlopen(href, timeout=10) as response:  # noqa: S310 - the link under test
+        assert b"test_mean" in response.read()
+
     open_page(page, ui, "/assets/demo/tests_unit?view=checks&checkDetail=tests_passed")
     page.get_by_text("Execution history", exact=True).click()
     for night in FAILED_NIGHTS:
@@ -259,6 +275,29 @@ def test_a_failed_night_is_failed_on_its_test_report(page, ui):
         row.first.wait_for()
         assert "Failed" in row.first.inner_text()
         assert "tests.test_reduce::test_mean" in row.first.inner_text()
+    instance = ui.instance()
+    for night in FAILED_NIGHTS:  # the run that materialized the report failed there
+        suite = dg.AssetKey(["demo", "tests_unit"])
+        report = dg.AssetRecordsFilter(asset_key=suite, asset_partitions=[f"{night}|cpu"])
+        [record] = instance.fetch_materializations(report, limit=1).records
+        run = instance.get_run_by_id(record.run_id)
+        assert run is not None and run.status == dg.DagsterRunStatus.FAILURE
+
+
+def test_the_alerts_sent_are_on_the_night_summary(page, ui):
+    """Each alert that went out is an observation of its night's summary: its text and where it went."""
+    open_page(page, ui, "/assets/demo/night_summary?view=events")
+    observations = page.get_by_role("img", name="observation")
+    observations.first.wait_for()
+    texts = []
+    for index in range(observations.count()):
+        observations.nth(index).click()
+        page.get_by_text("sent_to", exact=True).wait_for()
+        texts.append(page.locator("body").inner_text())
+    text = next(t for t in texts if f"demo night {FAILED_NIGHTS[0]} cpu failed" in t)
+    assert f"Partition {FAILED_NIGHTS[0]}|cpu observed" in text
+    assert f"file {ui.nightly_home / 'alerts.jsonl'}" in text
+    assert "tests.test_reduce::test_mean" in text
 
 
 def test_a_backfill_from_the_dialog_and_a_re_execution_from_failure_are_followed_up(page, ui):

@@ -8,6 +8,7 @@ lines give the cache-hit count.
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +20,46 @@ import requests
 
 # Instructions that do not make a layer of their own work (no cache hit to count).
 _UNCOUNTED_STEPS = ("FROM", "ARG")
+
+
+# Where the docker SDK looks when neither the runner pool nor DOCKER_HOST names an engine (Linux).
+DEFAULT_DOCKER_SOCKET = "unix:///var/run/docker.sock"
+
+
+def engine_unreachable(label: str, configured: str | None, exc: BaseException) -> str:
+    """Why runner `label` has no engine, for a person: the address tried and where it came from,
+    what went wrong there in words (not the SDK's nested exception), and what to do."""
+    env = os.environ.get("DOCKER_HOST")
+    if configured:
+        where = f"{configured} (the runner pool's docker_host)"
+    elif env:
+        where = f"{env} (DOCKER_HOST)"
+    else:
+        where = f"{DEFAULT_DOCKER_SOCKET} (the default socket; DOCKER_HOST is unset)"
+    return (
+        f"runner '{label}': no Docker engine answers at {where}: {_cause(exc)}. "
+        "Start Docker there, point DOCKER_HOST (or the runner pool's docker_host) at a running "
+        "engine, or run the stage on a runner that has one"
+    )
+
+
+def _cause(exc: BaseException) -> str:
+    """The innermost OS error of the SDK's chain of wrappers, said plainly."""
+    seen: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in seen:
+        seen.append(current)
+        current = current.__cause__ or current.__context__
+    text = " ".join(str(e) for e in seen)
+    if any(isinstance(e, FileNotFoundError) for e in seen) or "FileNotFoundError" in text:
+        return "no socket exists at that path"
+    if any(isinstance(e, ConnectionRefusedError) for e in seen) or "Connection refused" in text:
+        return "nothing listens there (connection refused)"
+    if any(isinstance(e, PermissionError) for e in seen) or "Permission denied" in text:
+        return "permission denied on the socket (is this user in the docker group?)"
+    if "timed out" in text.lower():
+        return "it did not answer in time"
+    return " ".join(str(exc).split())[:300] or type(exc).__name__
 
 
 class ImageBuildError(RuntimeError):

@@ -14,6 +14,7 @@ import yaml
 from pydantic import Field, PrivateAttr
 
 from nightly_assets.containers.ecr import EcrTokenError, ecr_token
+from nightly_assets.containers.engine import engine_unreachable
 from nightly_assets.containers.registry import OciRegistry, RegistryError, registry_host
 from nightly_assets.containers.runner import DeviceSpec
 from nightly_assets.settings import FromEnv, Seconds, one_of
@@ -72,8 +73,7 @@ class DockerRunnerPoolResource(dg.ConfigurableResource):
             client = docker.DockerClient(base_url=url) if url else docker.from_env()
             client.ping()
         except (docker.errors.DockerException, requests.RequestException) as exc:
-            where = url or "DOCKER_HOST / the default socket"
-            raise EngineUnavailable(f"runner '{label}': no Docker engine answers at {where}: {exc}") from exc
+            raise EngineUnavailable(engine_unreachable(label, url, exc)) from exc
         return client
 
     def base_image_for(self, arch: str) -> str:

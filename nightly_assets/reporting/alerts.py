@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import logging
+from collections.abc import Collection, Sequence
+
 import dagster as dg
 
 from nightly_assets.catalog.models import Catalog
+from nightly_assets.partitions import partition_key
 from nightly_assets.reporting.night_runs import NightInRun, RunRecord
-from nightly_assets.reporting.resources import Alert
+from nightly_assets.reporting.resources import Alert, NotifierResource
+
+_log = logging.getLogger(__name__)
 
 PIPELINE_TAG = "nightly/pipeline"
 MAX_REASON_LINES = 14
@@ -92,3 +99,58 @@ def brief(text: str) -> str:
         half = MAX_REASON_CHARS // 2
         out = f"{out[:half]} … {out[-half:]}"
     return out
+
+
+def record_sent(
+    instance: dg.DagsterInstance,
+    catalog: Catalog,
+    alerts: Sequence[Alert],
+    notifier: NotifierResource,
+    unsent: Collection[int] = (),
+) -> int:
+    """Record each sent alert (all but the `unsent` indexes) as an observation of its pipeline's
+    night summary, on the night's partition: its text and where it went show in the UI (the
+    summary's events, and its partition's metadata when the alert came after the summary). A
+    record that fails is logged: the alert went out all the same. Returns how many were recorded."""
+    recorded = 0
+    for index, alert in enumerate(alerts):
+        if index in unsent or alert.pipeline not in catalog.pipelines:
+            continue
+        try:
+            observation = alert_observation(catalog, alert, notifier.destination(alert))
+            instance.report_runless_asset_event(observation)
+            recorded += 1
+        except Exception as exc:  # the event log's database: the alert itself was delivered
+            _log.warning(f"alert {alert.title!r} was sent but not recorded in the UI: {exc}")
+    return recorded
+
+
+def alert_observation(catalog: Catalog, alert: Alert, destination: str) -> dg.AssetObservation:
+    """The alert as its night summary's observation: what was said, how bad, where it went."""
+    pipeline = catalog.pipelines[alert.pipeline]
+    summary = pipeline.stages_of("night_summary")[0].name
+    metadata: dict[str, dg.RawMetadataValue] = {
+        "alert": f"{alert.severity}: {alert.title}",
+        "sent_to": destination,
+        "text": dg.MetadataValue.md(alert.text()),
+    }
+    if alert.run_id:
+        metadata["alerted_run"] = dg.MetadataValue.dagster_run(alert.run_id)
+    return dg.AssetObservation(
+        asset_key=dg.AssetKey([pipeline.name, summary]),
+        partition=_partition_of(alert, {t.name for t in pipeline.targets}),
+        description=alert.title,
+        metadata=metadata,
+        tags={"nightly/alert_severity": alert.severity},
+    )
+
+
+def _partition_of(alert: Alert, targets: set[str]) -> str | None:
+    """The night x target partition the alert is about; None for a whole night (a missing night
+    names its targets in its text) or a run of no night."""
+    night, _, target = alert.partition.partition("|")
+    try:
+        day = dt.date.fromisoformat(night)
+    except ValueError:
+        return None
+    return str(partition_key(day, target)) if target in targets else None

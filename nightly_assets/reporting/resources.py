@@ -36,6 +36,10 @@ class NotifierResource(dg.ConfigurableResource):
     def notify(self, alert: Alert) -> None:
         raise NotImplementedError
 
+    def destination(self, alert: Alert) -> str:
+        """Where `alert` goes, for people (the UI records it): never a token or a webhook URL."""
+        return type(self).__name__
+
 
 class FileNotifierResource(NotifierResource):
     """Appends each alert as one JSON line to `path` (the embedded default's inbox)."""
@@ -47,6 +51,9 @@ class FileNotifierResource(NotifierResource):
         target.parent.mkdir(parents=True, exist_ok=True)
         with target.open("a", encoding="utf-8") as inbox:
             inbox.write(json.dumps({**asdict(alert), "text": alert.text()}) + "\n")
+
+    def destination(self, alert: Alert) -> str:
+        return f"file {self.path}"
 
 
 class SlackNotifierResource(NotifierResource):
@@ -62,3 +69,6 @@ class SlackNotifierResource(NotifierResource):
         if self.api_url:
             client.base_url = self.api_url.rstrip("/") + "/"
         client.chat_postMessage(channel=alert.channel, text=alert.text())
+
+    def destination(self, alert: Alert) -> str:
+        return f"Slack channel {alert.channel}"  # the token and the API URL stay out of the UI

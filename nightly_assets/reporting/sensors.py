@@ -13,10 +13,12 @@ import dagster as dg
 
 from nightly_assets.catalog.models import Catalog
 from nightly_assets.partitions import partition_key
+from nightly_assets.reporting.alerts import alerts_for_run, record_sent
 from nightly_assets.reporting.follow_up import (
     ALERTS_UNSENT,
     FOLLOWED_UP_TAG,
     SUMMARY_OF_TAG,
+    UNSENT_TAG,
     abandoned_runs,
     end_abandoned,
     follow_up_run,
@@ -25,6 +27,7 @@ from nightly_assets.reporting.follow_up import (
     summary_requests,
 )
 from nightly_assets.reporting.missing_nights import alert_missing_nights
+from nightly_assets.reporting.night_runs import read_run
 from nightly_assets.reporting.resources import NotifierResource
 from nightly_assets.warehouse.resources import WarehouseResource
 
@@ -53,6 +56,7 @@ def build_alert_sensors(
         done = follow_up_run(context.instance, run, catalog, notifier, warehouse.store())
         if done is None:
             return dg.SkipReason(f"run {run.run_id} was already followed up")
+        record_sent(context.instance, catalog, done.alerts, notifier, done.unsent)
         for key, stages in done.ended.items():
             context.log.warning(f"{key}: {', '.join(stages)} left running by run {run.run_id}; ended")
         for index, why in done.unsent.items():
@@ -115,12 +119,17 @@ def build_alert_sensors(
         requests = []
         for run in runs_to_follow_up_again(context.instance):
             if run.tags.get(FOLLOWED_UP_TAG) == ALERTS_UNSENT:
+                wanted = {int(i) for i in run.tags.get(UNSENT_TAG, "").split(",") if i.isdigit()}
                 still = resend_unsent_alerts(context.instance, run, catalog, notifier)
+                alerts = alerts_for_run(read_run(context.instance, run, catalog), catalog)
+                not_sent_now = set(range(len(alerts))) - wanted | set(still)
+                record_sent(context.instance, catalog, alerts, notifier, unsent=not_sent_now)
                 context.log.info(f"run {run.run_id}: unsent alerts sent again, {len(still)} still unsent")
                 continue
             context.log.warning(f"run {run.run_id}: its follow-up failed earlier; following it up again")
             done = follow_up_run(context.instance, run, catalog, notifier, store)
             if done is not None:
+                record_sent(context.instance, catalog, done.alerts, notifier, done.unsent)
                 requests.extend(summary_requests(done, jobs))
         for night in store.nights(status="running"):
             if night.pipeline not in catalog.pipelines:
@@ -177,6 +186,7 @@ def build_missing_night_sensor(
             notifier,
             location=origin.location_name if origin else None,
         )
+        record_sent(context.instance, catalog, judged.sent, notifier)
         for title, why in judged.unsent.items():
             context.log.error(f"alert {title!r} was not sent ({why}); the next evaluation sends it again")
         alerted = "; ".join(a.title for a in judged.sent)

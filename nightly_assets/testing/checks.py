@@ -60,7 +60,7 @@ def failure_summary(
     """'9 passed, 1 failed of 10' and, below it, the first `named` failing tests with their message
     (quarantined ones marked, after the others)."""
     failures = sorted(report.failures, key=lambda c: c.node_id in quarantined)
-    line = f"{report.count('passed')} passed, {len(failures)} failed of {report.total}"
+    line = f"{report.count('passed')} passed, {failed_and_errors(report)} of {report.total}"
     held = sum(c.node_id in quarantined for c in failures)
     if held:
         line += f" ({held} of them quarantined as flaky: counted, not gating)"
@@ -74,6 +74,16 @@ def failure_summary(
     if len(failures) > named:
         names.append(f"… and {len(failures) - named} more")
     return "\n".join([line + ":", *(f"  {n}" for n in names)])
+
+
+def failed_and_errors(report: TestReport) -> str:
+    """ "1 failed", "14 errors", "1 failed, 2 errors": errors (a test that could not run, e.g. a
+    module that failed to import) are counted as errors, as the stage's table counts them."""
+    failed, errors = report.count("failed"), report.count("error")
+    parts = [f"{failed} failed"] if failed or not errors else []
+    if errors:
+        parts.append(f"{errors} error" + ("s" if errors > 1 else ""))
+    return ", ".join(parts)
 
 
 def test_count_stable(

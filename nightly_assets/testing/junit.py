@@ -280,6 +280,8 @@ class JUnitStream:
         message = None
         if detail is not None:
             text = detail.get("message") or (detail.text or "").strip()
+            if text == PYTEST_COLLECTION_FAILURE:
+                text = f"{text}: {collection_cause(detail.text or '')}"
             message = _cap(text, MAX_MESSAGE_CHARS) if text else None
         raw_time = element.get("time")
         seconds = 0.0
@@ -392,6 +394,26 @@ _FAILED_TESTS_SCHEMA = dg.TableSchema(
 
 def _one_line(message: str | None) -> str:
     return " ".join((message or "").split())[:MAX_ROW_MESSAGE_CHARS]
+
+
+# pytest's fixed `message` of a module that failed to collect; the cause is in the element's text.
+PYTEST_COLLECTION_FAILURE = "collection failure"
+# A line of pytest's error block ("E   ModuleNotFoundError: No module named 'x'") naming an exception.
+# Python's naming convention for exception classes (and pytest's outcomes) is what is matched.
+_EXCEPTION_NAME = r"[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning|Failed|Skipped)"
+_EXCEPTION_LINE = re.compile(rf"^E\s+({_EXCEPTION_NAME}\b.*)$")
+
+
+def collection_cause(traceback: str) -> str:
+    """The cause of a collection error, from the traceback pytest writes for it: its last exception
+    line ("ModuleNotFoundError: No module named 'hypothesis'"), else its last `E` line, else its
+    last line ("unknown cause" when it is empty)."""
+    lines = [line.rstrip() for line in traceback.splitlines() if line.strip()]
+    causes = [m.group(1).strip() for line in lines if (m := _EXCEPTION_LINE.match(line))]
+    if causes:
+        return causes[-1]
+    errors = [line[1:].strip() for line in lines if line.startswith("E ")]
+    return (errors or lines or ["unknown cause"])[-1].strip()
 
 
 def _parse_file(
