@@ -164,6 +164,24 @@ class StageRun:
         }
 
 
+def refuse_release_after_failure(spec: StageSpec, warehouse: WarehouseResource, key: NightKey) -> None:
+    """A release stage publishes only a night whose upstream stages all succeeded. Within a run,
+    blocking checks and failed steps stop it; but a failed stage is materialized (its partition
+    shows its evidence), so a backfill of missing partitions may select the release alone for a
+    night whose suites failed: the warehouse's stage rows of the night decide then."""
+    upstream = set(spec.upstream())
+    bad = [
+        f"{r.stage} ({r.status})"
+        for r in warehouse.store().stages(key)
+        if r.stage in upstream and r.status != "success"
+    ]
+    if bad:
+        raise StageNotAvailable(
+            f"{spec.key.to_user_string()}: {key} is not released: upstream stages did not succeed: "
+            f"{', '.join(bad)}; re-run the night's failed stages first"
+        )
+
+
 def recorded_devices(run: StageRun) -> DeviceFacts | None:
     """What the stage's work ran on, as its backend recorded it (None: the backend records none)."""
     facts = run.manifest.get("devices")

@@ -16,8 +16,9 @@ from dagster._core.events import DagsterEventType
 from nightly_assets.catalog.loader import load_catalog
 from nightly_assets.containers.resources import DockerRunnerPoolResource
 from nightly_assets.definitions import build_definitions
-from nightly_assets.night import run_night
+from nightly_assets.night import execute_partition, run_night
 from nightly_assets.partitions import partition_key
+from nightly_assets.pipelines import nightly_job_name
 from nightly_assets.reporting.alerts import alert_observation
 from nightly_assets.reporting.resources import Alert, FileNotifierResource
 from nightly_assets.resources import resources_for
@@ -94,6 +95,19 @@ def test_a_failed_night_materializes_its_evidence_and_still_fails(
         [dg.AssetCheckKey(suite, "tests_passed")]
     )
     assert checks[dg.AssetCheckKey(suite, "tests_passed")].status.value == "FAILED"
+
+    # A backfill of missing partitions may select the release alone for this night (the failed
+    # suite's partition is materialized): the release refuses, naming the stage that failed.
+    defs = build_definitions()
+    released, release_run = execute_partition(
+        defs, instance, nightly_job_name("demo"), FAILED_NIGHT, assets=[dg.AssetKey(["demo", "release"])]
+    )
+    assert not released
+    assert PARTITION not in instance.get_materialized_partitions(dg.AssetKey(["demo", "release"]))
+    release_row = next(s for s in outcome_stages(nightly_home) if s.stage == "release")
+    assert release_row.status == "failure" and release_row.run_id == release_run.run_id
+    assert "is not released: upstream stages did not succeed: " in (release_row.detail or "")
+    assert "tests_unit (failure)" in (release_row.detail or "")
 
     # The alert it sent is on the night's summary, with where it went.
     [alert] = [a for a in outcome.alerts if a.severity == "error"]

@@ -10,7 +10,7 @@ from nightly_assets.batch.deploy import deploy
 from nightly_assets.batch.resources import BatchSchedulerResource
 from nightly_assets.manifests import BuildRootManifest
 from nightly_assets.stage_kinds.spec import StageKind, StageParams
-from nightly_assets.stages import StageSpec, recorded_stage
+from nightly_assets.stages import StageSpec, recorded_stage, refuse_release_after_failure
 from nightly_assets.warehouse.resources import WarehouseResource
 
 
@@ -30,6 +30,7 @@ def build_deploy_asset(spec: StageSpec) -> dg.AssetsDefinition:
     ) -> dg.MaterializeResult:
         """The night's build copied from the ephemeral build root to the release root."""
         with recorded_stage(context, spec, artefacts, warehouse) as run:
+            refuse_release_after_failure(spec, warehouse, run.key)
             built = artefacts.manifest(run.key, str(build_stage), BuildRootManifest)
             if batch.release_root is None:
                 raise ValueError("the batch resource has no release_root: set NIGHTLY_RELEASE_ROOT")

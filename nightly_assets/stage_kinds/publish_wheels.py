@@ -14,7 +14,13 @@ from nightly_assets.artefacts.resources import ArtefactStoreResource
 from nightly_assets.manifests import WheelsManifest
 from nightly_assets.release.resources import INDEX_VARIABLES, LOCAL, PackageIndexesResource
 from nightly_assets.stage_kinds.spec import ORCHESTRATOR, StageKind, StageParams
-from nightly_assets.stages import StageNotAvailable, StageRun, StageSpec, recorded_stage
+from nightly_assets.stages import (
+    StageNotAvailable,
+    StageRun,
+    StageSpec,
+    recorded_stage,
+    refuse_release_after_failure,
+)
 from nightly_assets.warehouse.resources import WarehouseResource
 
 RELEASE_TAG = "nightly/release"
@@ -39,6 +45,7 @@ def build_publish_wheels_asset(spec: StageSpec) -> dg.AssetsDefinition:
     ) -> dg.MaterializeResult:
         """The night's wheels and sdists, published to the package index."""
         with recorded_stage(context, spec, artefacts, warehouse) as run:
+            refuse_release_after_failure(spec, warehouse, run.key)
             if params.only_on_release and context.run.tags.get(RELEASE_TAG) != "true":
                 run.detail = "not a release run; nothing published"
                 return dg.MaterializeResult(metadata={"published": 0, "reason": run.detail})
