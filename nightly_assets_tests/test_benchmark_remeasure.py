@@ -174,6 +174,9 @@ def test_a_change_the_remeasurement_refutes_is_an_outlier_recorded_not_alerted(o
     assert row["state"] in ("ok", "suspect") and row["regression"] is None
     assert row["remeasured"] == remeasured["text"]
     assert night.regressions == 0
+    # Both runs' logs are kept: the re-measurement does not overwrite the first one's.
+    folder = one_attempt.artefacts.stage_dir(NightKey("remeasure", TONIGHT, "cpu"), "benchmarks")
+    assert sorted(p.name for p in folder.glob("command*.log")) == ["command-2.log", "command.log"]
 
 
 def test_a_change_the_remeasurement_confirms_alerts(one_attempt: Stages) -> None:

@@ -79,11 +79,21 @@ class LocalBackend(RunnerBackend):
                 cwd=workdir,
                 env=device_env,
                 timeout_s=timeout_s,
-                log_path=workdir / "command.log",
+                log_path=_unused(workdir / "command.log"),
                 scratch_home=True,
                 passed=work.run.runner.passed_variables() if work.run.runner else (),
             )
         return path
+
+
+def _unused(path: Path) -> Path:
+    """`path`, or `name-2.log`, `name-3.log`...: a command run again in the same stage (a benchmark
+    re-measured) keeps the first run's log beside its own."""
+    n = 1
+    while path.exists():
+        n += 1
+        path = path.with_name(f"{path.stem.split('-')[0]}-{n}{path.suffix}")
+    return path
 
 
 def _pytest_here(work: StageWork) -> tuple[TestReport, Path]:
