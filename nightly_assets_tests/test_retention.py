@@ -201,7 +201,7 @@ def test_the_summary_keeps_tonight_running_and_unresolved_failed_nights(tmp_path
     store.dispose()
 
 
-def test_a_night_summary_prunes_the_artefacts_of_nights_past_retention(
+def test_a_night_summary_prunes_what_was_written_before_retention_and_keeps_a_backfill(
     catalog_nights: CatalogNights, tmp_path: Path
 ) -> None:
     upstream = tmp_path / "upstream"
@@ -227,11 +227,18 @@ stages:
     root = catalog_nights.home / "artefacts" / "kept_short"
     first, _, outcome = catalog_nights.run(pipeline, "2026-11-03")
     assert outcome.succeeded and (root / "2026-11-03/cpu/sources/manifest.json").is_file()
-    catalog_nights.run(pipeline, "2026-11-05")  # 11-03 is not older than 11-05 - 2 days
-    assert (root / "2026-11-03/cpu/sources/manifest.json").is_file()
+    catalog_nights.run(pipeline, "2026-11-05")
+    written(root / "2026-11-03/cpu", 3)  # as if the nights had run on their own days
+    written(root / "2026-11-05/cpu", 1)
     _, stages, outcome = catalog_nights.run(pipeline, "2026-11-06")
     assert outcome.succeeded and stages["night_summary"].status == "success"
     assert sorted(p.name for p in root.iterdir()) == ["2026-11-05", "2026-11-06"]
+    # A backfill of an old night is written today: the next night keeps it for two days more.
+    catalog_nights.run(pipeline, "2026-11-01")
+    written(root / "2026-11-05/cpu", 3)
+    written(root / "2026-11-06/cpu", 2.5)
+    catalog_nights.run(pipeline, "2026-11-07")
+    assert sorted(p.name for p in root.iterdir()) == ["2026-11-01", "2026-11-07"]
     with dg.build_resources(
         {"warehouse": resources_for("local", catalog_nights.home)["warehouse"]}
     ) as resolved:

@@ -92,8 +92,8 @@ def build_night_summary_asset(spec: StageSpec) -> dg.AssetsDefinition:
 def _pending(context: dg.AssetExecutionContext, pipeline: str, after: list[str]) -> list[str]:
     """The stages after the summary that this run is to materialize (all of them in a whole-job
     run): they end after it, and the run's follow-up writes the summary again with them."""
-    selection = context.run.asset_selection
-    return [s for s in after if selection is None or dg.AssetKey([pipeline, s]) in selection]
+    selection = context.run.asset_selection  # empty or None: the whole job
+    return [s for s in after if not selection or dg.AssetKey([pipeline, s]) in selection]
 
 
 def _earlier_summary(
