@@ -23,11 +23,13 @@ def test_a_rerun_that_fails_at_sources_keeps_none_of_the_earlier_runs_rows(night
     assert not again.succeeded
 
     stages = {s.stage: s for s in nights.store.stages(night)}
-    assert sorted(stages) == ["night_summary", "sources"]  # the follow-up run wrote the summary
+    # The follow-up run judged the night (flaky_tests) and wrote its summary.
+    assert sorted(stages) == ["flaky_tests", "night_summary", "sources"]
     assert stages["sources"].status == "failure" and stages["sources"].run_id == again.run.run_id
     counts = nights.store.row_counts(night)
-    for table in ("suites", "test_cases", "benchmarks", "device_facts", "test_verdicts", "checks"):
+    for table in ("suites", "test_cases", "benchmarks", "device_facts", "test_verdicts"):
         assert counts[table] == 0, table
+    assert {c.stage for c in nights.store.checks(night)} == {"flaky_tests"}  # the re-run's own
     row = nights.store.night(night)
     assert row is not None and row.status == "failure"
     summary = (nights.home / "artefacts/demo/2026-11-03/cpu/night_summary/summary.md").read_text()

@@ -43,8 +43,8 @@ def summary_links(nights: Night, night: str) -> list[str]:  # noqa: F811
 
 
 def test_every_link_of_the_summaries_and_alerts_resolves_after_later_nights_and_a_backfill(
+    artefact_server: str,  # noqa: F811 - first: the nights' resources read the URL it sets
     nights: Night,  # noqa: F811
-    artefact_server: str,  # noqa: F811
 ) -> None:
     outcomes = {night: nights.run(night) for night in NIGHTS}
     assert [o.succeeded for o in outcomes.values()] == [False, True, True, True]
@@ -68,8 +68,8 @@ def test_every_link_of_the_summaries_and_alerts_resolves_after_later_nights_and_
 
 
 def test_retention_still_prunes_what_was_written_before_the_window(
+    artefact_server: str,  # noqa: F811 - first: the nights' resources read the URL it sets
     nights: Night,  # noqa: F811
-    artefact_server: str,  # noqa: F811
 ) -> None:
     """The same nights, the older ones written eight days ago: 11-05 and 11-19 go (11-19 passed
     after 11-07 failed, so 11-07 goes too); the last night's links all resolve."""
