@@ -77,6 +77,7 @@ def test_report_recorded_twice_replaces_rows(warehouse: Warehouse) -> None:
         "suites": 1,
         "test_cases": 3,
         "test_evidence": 0,
+        "earlier_runs": 0,
         "test_verdicts": 0,
         "benchmarks": 0,
         "regressions": 0,
