@@ -28,6 +28,7 @@ from nightly_assets.reporting.follow_up import (
     abandoned_runs,
     end_abandoned,
     follow_up_run,
+    summary_stage,
 )
 from nightly_assets.reporting.night_runs import stage_error, was_interrupted
 from nightly_assets.reporting.resources import Alert
@@ -83,7 +84,9 @@ def run_night(
         alerts, unsent = (done.alerts, dict(done.unsent)) if done else ([], {})
         summaries, selections = (done.summaries, done.selections) if done else ([], {})
         for night in summaries:
-            if progress:
+            if progress and summary_stage(catalog, night.key.pipeline) in night.materialized:
+                progress("the stages after the summary ended; writing it again in a follow-up run")
+            elif progress:
                 why = "was cancelled" if cancelled else "ended before its summary"
                 progress(f"the night {why}; writing its summary in a follow-up run")
             _, summary_run = execute_partition(

@@ -13,7 +13,7 @@ import pytest
 
 from nightly_assets.catalog.loader import load_catalog
 from nightly_assets.catalog.models import Catalog
-from nightly_assets.containers import checks
+from nightly_assets.containers import checks, images
 from nightly_assets.containers.registry import OciRegistry
 from nightly_assets.definitions import build_definitions
 from nightly_assets.demo.sample_repo import load_history
@@ -226,13 +226,15 @@ def _assert_no_credentials(image_nights, passwords: list[str], runs: list[dg.Dag
             assert not any(p.encode() in content for p in passwords), path
 
 
-def test_second_night_builds_the_framework_from_cache_and_expires_old_run_tags(image_nights):
+def test_second_night_builds_the_framework_from_cache_and_expires_old_run_tags(image_nights, monkeypatch):
     repo = f"{image_nights.namespace}sample"
     ecr, acr = image_nights.registry("ecr"), image_nights.registry("acr")
     first = image_nights.run("2026-11-03")
     assert first.succeeded
     old_run_tag = f"nightly-alpha-amd64-run-{first.run.run_id[:8]}"
-    later = image_nights.run("2026-11-12")  # nine days later: past the 7-day retention
+    nine_days_on = images.now() + dt.timedelta(days=9)  # past the 7-day retention
+    monkeypatch.setattr(images, "now", lambda: nine_days_on)
+    later = image_nights.run("2026-11-12")
     assert later.succeeded
     meta = image_nights.metadata(later.run, "framework_image")
     assert meta["cache_hit_share"] == 1.0, meta["cached_steps"]

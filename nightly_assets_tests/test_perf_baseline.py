@@ -267,9 +267,11 @@ def test_the_night_summary_names_each_configuration_with_its_stages_and_the_new_
     ]
 
     # A new run of the night that has not reached perf_baseline: the note on disk is the earlier run's.
-    nights.store.clear_stages(tonight)
+    nights.store.clear_night_run(tonight)
+    nights.store.record_device_facts(tonight, "tests_cpu", "local", cpu_only)
     markdown = night_summary(nights.pipeline, tonight, nights.store, nights.artefacts).markdown()
     assert "new baseline" not in markdown and "- tests_cpu: no GPU; torch 2.11.0+cu130" in markdown
+    nights.seed(range(11, 12), H200, step_ms=13.0, reserved_mib=52_000)  # the new run's benchmarks
 
     # The next night on the same card: its devices, and no new baseline.
     nights.store.record_device_facts(nights.key(12), "tests_gpu", "local", H200)

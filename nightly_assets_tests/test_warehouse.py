@@ -13,7 +13,15 @@ import pytest
 from sqlalchemy import text
 
 from nightly_assets.devices.facts import DeviceFacts
-from nightly_assets.results import OUTCOMES, BenchmarkResult, NightKey, Outcome, TestCase, TestReport
+from nightly_assets.results import (
+    OUTCOMES,
+    BenchmarkResult,
+    CheckOutcome,
+    NightKey,
+    Outcome,
+    TestCase,
+    TestReport,
+)
 from nightly_assets.warehouse import (
     MachineCost,
     Warehouse,
@@ -69,6 +77,7 @@ def test_report_recorded_twice_replaces_rows(warehouse: Warehouse) -> None:
         "suites": 1,
         "test_cases": 3,
         "test_evidence": 0,
+        "earlier_runs": 0,
         "test_verdicts": 0,
         "benchmarks": 0,
         "regressions": 0,
@@ -596,3 +605,50 @@ def test_a_large_report_is_written_in_batches_of_core_inserts(warehouse: Warehou
     warehouse.record_test_report(KEY, TestReport("big", cases))
     assert 1 < len(inserts) <= 1 + 30_000 // 1_000  # the suite row, then the cases' batches
     assert warehouse.failed_cases(KEY, "big") == [c for c in cases if c.outcome == "failed"]
+
+
+def _ten_tests(failing: set[int]) -> TestReport:
+    """Ten tests, enough that two failing are not an infra failure (evidence.INFRA_SHARE)."""
+    cases = tuple(TestCase("t", f"test_{i}", "failed" if i in failing else "passed") for i in range(10))
+    return TestReport("unit", cases)
+
+
+def test_a_new_run_of_the_night_clears_every_row_of_the_earlier_run(warehouse: Warehouse) -> None:
+    warehouse.record_night(KEY, run_id="r1", status="success", pins={"repo": "abc"})
+    for stage in ("sources", "tests", "night_summary"):
+        warehouse.record_stage(KEY, stage, status="success", runner="local", duration_s=1.0, run_id="r1")
+    warehouse.record_checks(KEY, "tests", [CheckOutcome("tests", "all_pass", "ERROR", True)], run_id="r1")
+    warehouse.record_test_report(KEY, _ten_tests({1}))
+    warehouse.record_benchmarks(KEY, [BenchmarkResult("a", 1.0)], devices=H100)
+    warehouse.record_device_facts(KEY, "tests", "local", H100)
+    warehouse.record_cost(KEY, MachineCost("tests", "m", "n1", 60.0, 1.0, 0.02, "completed"))
+    warehouse.record_test_report(OTHER_TARGET, _ten_tests(set()))  # another target's night stays
+
+    # The re-run's sources stage starts (and may fail right after).
+    warehouse.record_stage(KEY, "sources", status="running", runner="local", duration_s=0.0, run_id="r2")
+    warehouse.clear_night_run(KEY, keep="sources")
+    assert [(s.stage, s.run_id) for s in warehouse.stages(KEY)] == [("sources", "r2")]
+    counts = warehouse.row_counts(KEY)
+    for table in ("suites", "test_cases", "checks", "benchmarks", "device_facts", "costs", "test_verdicts"):
+        assert counts[table] == 0, table
+    assert warehouse.suite_counts(KEY) == {} and warehouse.checks(KEY) == []
+    night = warehouse.night(KEY)
+    assert night is not None and night.pins == {"repo": "abc"}  # what the re-run must test again
+    assert warehouse.suite_counts(OTHER_TARGET)["unit"]["passed"] == 10
+
+    # The earlier run's outcomes still reach the flaky classifier: test_1 failed in r1, passes now.
+    warehouse.record_test_report(KEY, _ten_tests(set()))
+    histories = warehouse.test_histories(KEY.pipeline, KEY.target, until=NIGHT, nights=5)
+    [observation] = histories.tests[("unit", "t::test_1")]
+    assert (observation.outcome, observation.earlier) == ("passed", ("failed",))
+    assert warehouse.row_counts(KEY)["earlier_runs"] == 0  # used once, by the report that replaced it
+
+
+def test_clearing_twice_keeps_the_outcomes_of_the_last_run_that_reported(warehouse: Warehouse) -> None:
+    """r1 reported, r2 failed at sources, r3 reports: r3 is compared with r1."""
+    warehouse.record_test_report(KEY, _ten_tests({2}))
+    warehouse.clear_night_run(KEY, keep="sources")
+    warehouse.clear_night_run(KEY, keep="sources")
+    warehouse.record_test_report(KEY, _ten_tests(set()))
+    histories = warehouse.test_histories(KEY.pipeline, KEY.target, until=NIGHT, nights=5)
+    assert histories.tests[("unit", "t::test_2")][0].earlier == ("failed",)

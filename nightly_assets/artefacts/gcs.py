@@ -66,12 +66,13 @@ class GcsArtefactStoreResource(ArtefactStoreResource):
         return f"{self.base_url.rstrip('/')}/{self.bucket}/{quote(self._object(path))}"
 
     def prune(
-        self, pipeline: str, before: dt.date, *, keep: Collection[tuple[dt.date, str]] = ()
+        self, pipeline: str, written_before: dt.datetime, *, keep: Collection[tuple[dt.date, str]] = ()
     ) -> list[Path]:
         """The local folders as the local store prunes them, then the uploaded reports of every
-        expired night x target the bucket holds: found by listing the bucket, not the local
-        folders, so what another host uploaded, or what a failed prune left, goes too."""
-        removed = set(super().prune(pipeline, before, keep=keep))
+        night x target the bucket holds that was last uploaded before `written_before`: found by
+        listing the bucket, not the local folders, so what another host uploaded, or what a
+        failed prune left, goes too. A night x target whose local folder stays keeps its reports."""
+        removed = set(super().prune(pipeline, written_before, keep=keep))
         root = Path(self.root)
         deadline = float(self.upload_deadline_s)  # a bucket that is down must not hold up the summary
         calls = {"timeout": min(60.0, deadline), "retry": DEFAULT_RETRY.with_deadline(deadline)}
@@ -82,12 +83,13 @@ class GcsArtefactStoreResource(ArtefactStoreResource):
                     night = dt.date.fromisoformat(night_name)
                 except ValueError:  # not a night's folder: never ours to delete
                     continue
-                if night >= before:
-                    continue
                 for target, target_prefix in _subfolders(bucket, night_prefix, calls):
-                    if (night, target) in keep:
+                    if (night, target) in keep or (root / pipeline / night_name / target).is_dir():
                         continue
-                    for blob in bucket.list_blobs(prefix=target_prefix, **calls):
+                    blobs = list(bucket.list_blobs(prefix=target_prefix, **calls))
+                    if any(b.updated is not None and b.updated >= written_before for b in blobs):
+                        continue
+                    for blob in blobs:
                         blob.delete(**calls)
                     removed.add(root / pipeline / night_name / target)
         except Exception as exc:  # google-cloud-storage raises many kinds; the next night tries again

@@ -94,15 +94,17 @@ class ArtefactStoreResource(dg.ConfigurableResource):
     # -- retention ----------------------------------------------------------------------------
 
     def prune(
-        self, pipeline: str, before: dt.date, *, keep: Collection[tuple[dt.date, str]] = ()
+        self, pipeline: str, written_before: dt.datetime, *, keep: Collection[tuple[dt.date, str]] = ()
     ) -> list[Path]:
         """Delete the artefacts (every stage's folder: logs, JUnit, build metrics, work files) of
-        the pipeline's nights older than `before`, except the (night, target) pairs in `keep`
-        (nights still running). Returns the removed night x target folders, oldest first. The
-        warehouse rows of those nights stay: this touches files only."""
+        the pipeline's night x target folders last written before `written_before` (aware UTC),
+        except the (night, target) pairs in `keep`. Counting from the write, not from the night,
+        keeps a backfilled old night's fresh artefacts as long as a new night's. Returns the
+        removed night x target folders, oldest night first. The warehouse rows of those nights
+        stay: this touches files only."""
         removed = []
-        for night_dir, night, target_dir in self._expired(pipeline, before):
-            if (night, target_dir.name) in keep:
+        for night_dir, night, target_dir in self._night_folders(pipeline):
+            if (night, target_dir.name) in keep or last_written(target_dir) >= written_before:
                 continue
             shutil.rmtree(target_dir, ignore_errors=True)
             removed.append(target_dir)
@@ -110,14 +112,14 @@ class ArtefactStoreResource(dg.ConfigurableResource):
                 night_dir.rmdir()
         return removed
 
-    def _expired(self, pipeline: str, before: dt.date) -> Iterable[tuple[Path, dt.date, Path]]:
+    def _night_folders(self, pipeline: str) -> Iterable[tuple[Path, dt.date, Path]]:
         folder = Path(self.root) / pipeline
         for night_dir in sorted(folder.iterdir()) if folder.is_dir() else []:
             try:
                 night = dt.date.fromisoformat(night_dir.name)
             except ValueError:  # not a night's folder: never ours to delete
                 continue
-            if night < before and night_dir.is_dir() and not night_dir.is_symlink():
+            if night_dir.is_dir() and not night_dir.is_symlink():
                 yield from ((night_dir, night, t) for t in sorted(night_dir.iterdir()) if t.is_dir())
 
     # -- links ------------------------------------------------------------------------------
@@ -153,3 +155,14 @@ class ArtefactStoreResource(dg.ConfigurableResource):
 
     def _path(self, key: NightKey, stage: str) -> Path:
         return Path(self.root) / key.pipeline / key.night.isoformat() / key.target / stage
+
+
+def last_written(target_dir: Path) -> dt.datetime:
+    """When a night x target folder was last written (aware UTC): the newest modification time of
+    the folder, its stage folders and their manifests. Each stage recreates its folder and ends
+    by writing its manifest, so this moves with every stage that ran, without walking the
+    checkouts and virtual environments under the stage folders."""
+    paths = [target_dir, *(p for p in target_dir.iterdir() if p.is_dir())]
+    paths += [p / MANIFEST for p in paths[1:]]
+    times = [p.stat().st_mtime for p in paths if p.exists()]
+    return dt.datetime.fromtimestamp(max(times), dt.UTC)

@@ -300,26 +300,33 @@ class ImageStage:
             return {}
         variables = {**self.template_vars(), "run_id": "\0"}
         patterns = [re.escape(t.format(**variables)).replace("\0", "[0-9a-f]+") for t in run_templates]
-        cutoff = self.run.key.night - dt.timedelta(days=self.spec.pipeline.retention_days)
+        # From when each image was built, not its night: a backfilled old night's image stays.
+        cutoff = now() - dt.timedelta(days=self.spec.pipeline.retention_days)
         results = {}
         for role in self.params.push_to:
             results[role] = expire_run_tags(
                 self.registries.registry(role),
                 self._repository(role),
                 "|".join(f"(?:{p})" for p in patterns),
-                lambda config: _night_of(config) < cutoff,
+                lambda config: _built_at(config) < cutoff,
             )
             if results[role].deleted_tags:
                 self.log.info(f"{role}: retention deleted {', '.join(results[role].deleted_tags)}")
         return results
 
 
-def _night_of(config: dict[str, Any]) -> dt.date:
-    labels = (config.get("config") or {}).get("Labels") or {}
-    if NIGHT_LABEL in labels:
-        return dt.date.fromisoformat(labels[NIGHT_LABEL])
+def now() -> dt.datetime:
+    """The clock retention reads (a test moves it forward)."""
+    return dt.datetime.now(dt.UTC)
+
+
+def _built_at(config: dict[str, Any]) -> dt.datetime:
+    """When the image was built (its config's `created`; each build is new: its labels name the
+    run); an image without one is never taken for expired."""
     created = config.get("created", "")
-    return dt.datetime.fromisoformat(created.replace("Z", "+00:00")).date() if created else dt.date.max
+    if not created:
+        return dt.datetime.max.replace(tzinfo=dt.UTC)
+    return dt.datetime.fromisoformat(created.replace("Z", "+00:00"))
 
 
 def _exists(client: docker.DockerClient, reference: str) -> bool:

@@ -1,5 +1,6 @@
 """What follows every finished run that touched a night, whoever launched it: stages it left
-`running` are ended, its alerts are filed, and nights it did not summarize get a summary run.
+`running` are ended, its alerts are filed, and nights it did not summarize, or summarized before
+the stages after the summary (a release) ended, get a summary run.
 
 The sensors call this under the daemon, and `nightly run` calls it itself; the run tag
 `nightly/followed_up` makes sure only one of them does it for a run. Nothing is lost when Slack
@@ -22,6 +23,7 @@ from nightly_assets.night_lease import FINISHED_STATUSES, PROCESS_TAG, process_g
 from nightly_assets.reporting.alerts import alerts_for_run
 from nightly_assets.reporting.night_runs import NightInRun, RunRecord, read_run
 from nightly_assets.reporting.resources import Alert, NotifierResource
+from nightly_assets.reporting.summary import stages_after
 from nightly_assets.results import NightKey
 from nightly_assets.warehouse.rows import NightRow
 from nightly_assets.warehouse.store import Warehouse, utc_now
@@ -152,16 +154,21 @@ def _follow_up(
             continue
         if record.interrupted:  # final at once: a summary run may not get to run after a Ctrl-C
             store.set_night_status(night.key, CANCELLED, only_if="running")
+        pipeline = catalog.pipelines[night.key.pipeline]
         summary = summary_stage(catalog, night.key.pipeline)
         summary_failed = any(f.stage == summary and not f.interrupted for f in night.failed_steps)
         # A run of culprit searches alone (its job, or the asset launched from the UI) comes after
         # the night's summary: it asks for none.
         touched = set(night.materialized) | {f.stage for f in night.failed_steps}
-        searches = {s.name for s in catalog.pipelines[night.key.pipeline].stages_of("culprit_search")}
+        searches = {s.name for s in pipeline.stages_of("culprit_search")}
         searched = run.job_name == culprit_job_name(night.key.pipeline) or (
             bool(touched) and touched <= searches
         )
         if summary not in night.materialized and not summary_failed and not searched:
+            summaries.append(night)
+        elif summary in night.materialized and night.planned & set(stages_after(pipeline, summary)):
+            # The summary was written before the stages after it (a release) ended: a summary
+            # run writes it again with them as they ended.
             summaries.append(night)
     store.release_leases(run.run_id)
     alerts = alerts_for_run(record, catalog)

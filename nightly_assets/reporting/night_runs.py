@@ -7,6 +7,7 @@ the follow-up summary and the night's final status do not depend on job names or
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -137,20 +138,41 @@ def read_run(instance: dg.DagsterInstance, run: dg.DagsterRun, catalog: Catalog)
     return RunRecord(run, list(nights.values()), run_error)
 
 
+# Dagster's exceptions around the error that matters: the stage's own (or a resource's) is their cause.
+DAGSTER_WRAPPERS = (
+    "DagsterExecutionStepExecutionError",
+    "DagsterResourceFunctionError",
+    "DagsterUserCodeProcessError",
+)
+# How Dagster's SerializableErrorInfo.to_string() lays out an error and its causes, which a
+# DagsterUserCodeProcessError (an error from the code server) carries as its message.
+_CAUSED_BY = "The above exception was caused by the following exception:"
+_STACK_TRACE = re.compile(r"\n\s*Stack Trace:\n.*", re.DOTALL)
+_WRAPPER_PREFIX = re.compile(rf"^(?:dagster\._core\.errors\.)?(?:{'|'.join(DAGSTER_WRAPPERS)}): ")
+
+
 def stage_error(error: object, user_failure: object) -> str:
-    """The stage's own error text: what the asset raised, without Dagster's wrapper around it."""
+    """The stage's own error text: what the asset (or a resource) raised, without Dagster's wrapper
+    around it and without the Dagster-internal stack trace (the run's logs keep that)."""
     description = getattr(user_failure, "description", None)
     if description:
         return str(description).strip()
     while (
         error is not None
         and getattr(error, "cause", None) is not None
-        and "DagsterExecutionStepExecutionError" in (getattr(error, "cls_name", None) or error.message)  # type: ignore[attr-defined]
+        and any(w in (getattr(error, "cls_name", None) or error.message) for w in DAGSTER_WRAPPERS)  # type: ignore[attr-defined]
     ):
         error = error.cause  # type: ignore[attr-defined]
     if error is None:
         return "failed"
-    return str(error.message).strip() or "failed"  # type: ignore[attr-defined]
+    return without_trace(str(error.message)) or "failed"  # type: ignore[attr-defined]
+
+
+def without_trace(message: str) -> str:
+    """The innermost cause of an error's text laid out by Dagster (message, stack trace, the
+    causes after it), without the stack traces and Dagster's wrapper prefix."""
+    innermost = message.split(_CAUSED_BY)[-1]
+    return _WRAPPER_PREFIX.sub("", _STACK_TRACE.sub("", innermost).strip()).strip()
 
 
 def _stage_of(catalog: Catalog, key: dg.AssetKey) -> tuple[str, str] | None:

@@ -4,7 +4,7 @@ failing tests by name, the failed checks and the machine cost."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from nightly_assets.artefacts.resources import ArtefactStoreResource, MissingArtefactError
@@ -20,6 +20,7 @@ NAMED_VERDICTS = 20  # flaky and broken tests named
 # Worst first: the night's status is the worst that applies.
 NIGHT_STATUSES = ("failure", "cancelled", "partial", "warn", "success")
 _ROW_STATUS = {"failure": "failure", "cancelled": "cancelled", "skipped": "partial"}
+PENDING = "pending"  # a stage after the summary that has not run yet; never judged
 
 
 @dataclass(frozen=True)
@@ -63,9 +64,11 @@ def night_summary(
     *,
     skip: str = "",
     judged: set[str] | None = None,
+    pending: Collection[str] = (),
 ) -> NightSummary:
-    """The night as the warehouse has it. `judged`: the stages its status depends on (default all)."""
-    rows = summary_rows(pipeline, key, store, artefacts, skip=skip)
+    """The night as the warehouse has it. `judged`: the stages its status depends on (default all).
+    `pending`: stages this run is still to run after the summary (shown so, not as skipped)."""
+    rows = summary_rows(pipeline, key, store, artefacts, skip=skip, pending=pending)
     suites = store.suite_counts(key)
     failures = {
         suite: store.failed_cases(key, suite)[:NAMED_FAILURES]
@@ -91,6 +94,12 @@ def night_summary(
             pipeline, key, artefacts, ran={r.stage for r in rows if r.duration_min is not None}
         ),
     )
+
+
+def stages_after(pipeline: Pipeline, stage: str) -> list[str]:
+    """The stages that depend on `stage` (directly or not), in catalog order: those after the
+    summary (a release) end after it is written, and the run's follow-up writes it again."""
+    return [s.name for s in pipeline.stages if stage in pipeline.upstream(s.name)]
 
 
 def device_lines(pipeline: Pipeline, facts: dict[str, DeviceFacts]) -> list[tuple[list[str], str]]:
@@ -130,15 +139,24 @@ def _failed_tests(suites: dict[str, dict[str, int]]) -> int:
 
 
 def summary_rows(
-    pipeline: Pipeline, key: NightKey, store: Warehouse, artefacts: ArtefactStoreResource, skip: str = ""
+    pipeline: Pipeline,
+    key: NightKey,
+    store: Warehouse,
+    artefacts: ArtefactStoreResource,
+    skip: str = "",
+    pending: Collection[str] = (),
 ) -> list[SummaryRow]:
-    """Every stage of the pipeline in catalog order; a stage with no row this night was skipped."""
+    """Every stage of the pipeline in catalog order; a stage with no row this night was skipped,
+    but one of `pending`, which runs after the summary (its follow-up rewrites the summary)."""
     recorded = {row.stage: row for row in store.stages(key)}
     rows = []
     for stage in pipeline.stages:
         if stage.name == skip:
             continue
         row = recorded.get(stage.name)
+        if row is None and stage.name in pending:
+            rows.append(SummaryRow(stage.name, PENDING, "-", None, "", "", "runs after this summary"))
+            continue
         if row is None:
             rows.append(SummaryRow(stage.name, "skipped", "-", None, "", "", "did not start"))
             continue

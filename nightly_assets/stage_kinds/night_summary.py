@@ -1,8 +1,10 @@
 """The night summary stage: the table of every stage, written as a file and as Markdown metadata.
 It also applies the pipeline's `retention_days` to the artefacts: the stage folders (logs, JUnit,
-build metrics) of nights older than that are deleted, their warehouse rows kept."""
+build metrics) written longer ago than that are deleted, their warehouse rows kept."""
 
 import datetime as dt
+from collections.abc import Sequence
+from typing import Any
 
 import dagster as dg
 
@@ -11,16 +13,22 @@ from nightly_assets.catalog.models import GitHub as GitHubSettings
 from nightly_assets.catalog.models import Pipeline
 from nightly_assets.github.client import GitHubError
 from nightly_assets.github.resources import GitHubResource
-from nightly_assets.reporting.summary import night_summary
+from nightly_assets.partitions import night_key
+from nightly_assets.reporting.follow_up import SUMMARY_OF_TAG
+from nightly_assets.reporting.summary import night_summary, stages_after
 from nightly_assets.results import NightKey
 from nightly_assets.stage_kinds.spec import ORCHESTRATOR, NoParams, StageKind
 from nightly_assets.stages import StageSpec, recorded_stage
 from nightly_assets.warehouse.resources import WarehouseResource
+from nightly_assets.warehouse.rows import NightRow
 from nightly_assets.warehouse.store import Warehouse
+
+SUCCEEDED = ("success", "warn")  # a night that ran whole; a later one ends a failure's keep
 
 
 def build_night_summary_asset(spec: StageSpec) -> dg.AssetsDefinition:
     judged = set(spec.upstream())  # the night's status; release comes after the summary
+    after = stages_after(spec.pipeline, spec.stage.name)
     github_settings = spec.pipeline.github
     report_issue = github_settings is not None and github_settings.issue_on_failure
 
@@ -33,10 +41,17 @@ def build_night_summary_asset(spec: StageSpec) -> dg.AssetsDefinition:
     ) -> dg.MaterializeResult:
         """The night's results table: stage, status, runner, duration, artefacts and machine cost."""
         issue: dict[str, str] = {}
+        earlier = _earlier_summary(context, spec, artefacts, warehouse)
         with recorded_stage(context, spec, artefacts, warehouse) as run:
             store = warehouse.store()
             summary = night_summary(
-                spec.pipeline, run.key, store, artefacts, skip=spec.stage.name, judged=judged
+                spec.pipeline,
+                run.key,
+                store,
+                artefacts,
+                skip=spec.stage.name,
+                judged=judged,
+                pending=_pending(context, spec.pipeline.name, after),
             )
             markdown = summary.markdown()
             path = run.workdir / "summary.md"
@@ -50,7 +65,9 @@ def build_night_summary_asset(spec: StageSpec) -> dg.AssetsDefinition:
             )
             run.artefact = str(path)
             run.detail = summary.status
-            if report_issue and summary.status == "failure":
+            if earlier is not None and earlier.get("issue"):
+                issue = run.manifest["issue"] = earlier["issue"]  # reported when first written
+            elif report_issue and summary.status == "failure":
                 assert github_settings is not None
                 issue = _report_failure(context, github, github_settings, run.key, markdown)
                 run.manifest["issue"] = issue
@@ -70,6 +87,32 @@ def build_night_summary_asset(spec: StageSpec) -> dg.AssetsDefinition:
         )
 
     return _night_summary
+
+
+def _pending(context: dg.AssetExecutionContext, pipeline: str, after: list[str]) -> list[str]:
+    """The stages after the summary that this run is to materialize (all of them in a whole-job
+    run): they end after it, and the run's follow-up writes the summary again with them."""
+    selection = context.run.asset_selection  # empty or None: the whole job
+    return [s for s in after if not selection or dg.AssetKey([pipeline, s]) in selection]
+
+
+def _earlier_summary(
+    context: dg.AssetExecutionContext,
+    spec: StageSpec,
+    artefacts: ArtefactStoreResource,
+    warehouse: WarehouseResource,
+) -> dict[str, Any] | None:
+    """The manifest of the summary that the run this one follows up wrote (None for any other
+    run): rewriting it with the stages after it, this run reports no failure issue again."""
+    of = context.run.tags.get(SUMMARY_OF_TAG)
+    key = night_key(spec.pipeline.name, context.partition_key)
+    if of is None or not artefacts.has_manifest(key, spec.stage.name):
+        return None
+    rows = {r.stage: r for r in warehouse.store().stages(key)}
+    row = rows.get(spec.stage.name)
+    if row is None or row.run_id != of:
+        return None
+    return artefacts.read_manifest(key, spec.stage.name)
 
 
 def summary_freshness_policy(pipeline: Pipeline) -> dg.FreshnessPolicy:
@@ -96,21 +139,35 @@ def _prune_artefacts(
     key: NightKey,
     retention_days: int,
 ) -> list[str]:
-    """Delete the artefacts of the pipeline's nights older than `retention_days` before this
-    night (the cutoff the registry's run tags expire by), but of nights still running (a
-    backfill). The warehouse keeps their rows. Returns "night/target" of each pruned folder.
+    """Delete the artefacts of the pipeline's nights last written more than `retention_days` ago,
+    but this night's, nights still running (a backfill) and each target's latest failed night
+    that no later night of the target has succeeded since (the evidence someone is still to
+    look at). The warehouse keeps their rows. Returns "night/target" of each pruned folder.
     An error is logged: the summary stands, and the next night prunes again."""
-    cutoff = key.night - dt.timedelta(days=retention_days)
-    running = {(n.night, n.target) for n in store.nights(key.pipeline, status="running")}
+    cutoff = dt.datetime.now(dt.UTC) - dt.timedelta(days=retention_days)
+    keep = {(key.night, key.target)} | kept_nights(store.nights(key.pipeline))
     try:
-        removed = artefacts.prune(key.pipeline, cutoff, keep=running)
+        removed = artefacts.prune(key.pipeline, cutoff, keep=keep)
     except (ArtefactError, OSError) as exc:
-        context.log.error(f"retention: could not prune the artefacts of nights before {cutoff}: {exc}")
+        context.log.error(f"retention: could not prune artefacts written before {cutoff:%F %H:%M}Z: {exc}")
         return []
     pruned = [f"{path.parent.name}/{path.name}" for path in removed]
     if pruned:
         context.log.info(f"retention ({retention_days} days): pruned the artefacts of {', '.join(pruned)}")
     return pruned
+
+
+def kept_nights(nights: Sequence[NightRow]) -> set[tuple[dt.date, str]]:
+    """The (night, target) pairs retention keeps whatever their age: nights still running, and
+    per target its latest failed night unless a later night of the target succeeded."""
+    kept = {(n.night, n.target) for n in nights if n.status == "running"}
+    latest: dict[str, NightRow] = {}
+    for n in sorted(nights, key=lambda n: n.night):
+        if n.status == "failure":
+            latest[n.target] = n
+        elif n.status in SUCCEEDED and n.target in latest:
+            del latest[n.target]
+    return kept | {(n.night, n.target) for n in latest.values()}
 
 
 def _report_failure(

@@ -64,17 +64,32 @@ from nightly_assets.warehouse.tables import (
     CostTable,
     CulpritTable,
     DeviceFactsTable,
+    EarlierRunTable,
     LeaseTable,
     NightTable,
     RegressionTable,
     StageTable,
     SuiteTable,
     TestCaseTable,
+    TestEvidenceTable,
     TestVerdictTable,
     node_key,
 )
 
 T = TypeVar("T")
+# What one run of a night records: a new run of the night (its sources stage) clears them.
+NIGHT_RUN_TABLES: tuple[type[Any], ...] = (
+    StageTable,
+    CheckTable,
+    SuiteTable,
+    TestCaseTable,
+    TestVerdictTable,
+    BenchmarkTable,
+    DeviceFactsTable,
+    CostTable,
+    RegressionTable,
+    CulpritTable,
+)
 _log = logging.getLogger(__name__)
 
 WRITE_BATCH = 5_000  # test-case rows per executemany: bounds the memory a 30,000-case suite takes
@@ -150,15 +165,23 @@ class Warehouse:
         where = [*is_key(StageTable, key), StageTable.stage == stage]
         self._replace(StageTable, where, [row])
 
-    def clear_stages(self, key: NightKey, *, keep: str | None = None) -> None:
-        """Forget the key's stage and check rows (but `keep`'s): a new run of the night starts a new table."""
+    def clear_night_run(self, key: NightKey, *, keep: str | None = None) -> None:
+        """A new run of the night starts (its sources stage, `keep`): forget what earlier runs
+        recorded of it (stages, checks, suites, test cases, verdicts, benchmarks, devices, costs,
+        regressions, culprits), so that the night's rows come from one run however far the new
+        one gets. Kept: the night row (its pins), `keep`'s rows, the `rerun` evidence, and each
+        suite's outcomes for the new run's report to compare with (``EarlierRunTable``)."""
 
         def write(session: Session) -> None:
-            for table in (StageTable, CheckTable):
+            for suite in session.scalars(select(SuiteTable.suite).where(*is_key(SuiteTable, key))).all():
+                _stash_earlier_run(session, key, suite, evidence.earlier_run(session, key, suite))
+            for table in NIGHT_RUN_TABLES:
                 where = [*is_key(table, key)]
-                if keep is not None:
+                if keep is not None and hasattr(table, "stage"):
                     where.append(table.stage != keep)
                 session.execute(delete(table).where(*where))
+            e = TestEvidenceTable  # a retry's evidence goes with its suite's rows
+            session.execute(delete(e).where(*is_key(e, key), e.kind == "retry"))
 
         self._write(write)
 
@@ -252,7 +275,11 @@ class Warehouse:
 
         def write(session: Session) -> None:
             replaced = evidence.earlier_run(session, key, report.suite)
-            for t in (SuiteTable, TestCaseTable):
+            s = SuiteTable
+            # No rows: a new run's sources stage cleared the earlier run's, and kept its outcomes.
+            if session.scalar(select(s.id).where(*is_key(s, key), s.suite == report.suite)) is None:
+                replaced = _earlier_run_stash(session, key, report.suite)
+            for t in (SuiteTable, TestCaseTable, EarlierRunTable):
                 session.execute(delete(t).where(*is_key(t, key), t.suite == report.suite))
             session.execute(insert(SuiteTable), [suite])
             # Core, not ORM: one executemany per batch, however the rows' NULLs alternate.
@@ -678,6 +705,22 @@ class Warehouse:
         orig = getattr(exc, "orig", None) or exc
         cause = f"{type(orig).__name__}: {' '.join(str(orig).split('(Background on this error')[0].split())}"
         return cause.replace(self._secret, "***") if self._secret else cause
+
+
+def _stash_earlier_run(session: Session, key: NightKey, suite: str, outcomes: dict[int, bool] | None) -> None:
+    """Keep a suite's outcomes as the run being cleared had them (nothing for an infra failure,
+    whose disagreements say nothing about a test, as ``evidence.earlier_run`` judges)."""
+    t = EarlierRunTable
+    session.execute(delete(t).where(*is_key(t, key), t.suite == suite))
+    if outcomes is not None:
+        text = json.dumps({str(k): int(failed) for k, failed in outcomes.items()}, separators=(",", ":"))
+        session.execute(insert(t), [{**_key(key), "suite": suite, "outcomes": text}])
+
+
+def _earlier_run_stash(session: Session, key: NightKey, suite: str) -> dict[int, bool] | None:
+    t = EarlierRunTable
+    text = session.scalar(select(t.outcomes).where(*is_key(t, key), t.suite == suite))
+    return None if text is None else {int(k): bool(v) for k, v in json.loads(text).items()}
 
 
 def _key(key: NightKey) -> dict[str, Any]:

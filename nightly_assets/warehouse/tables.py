@@ -159,6 +159,21 @@ class TestEvidenceTable(_Keyed, Base):
     outcome: Mapped[str] = mapped_column(String(16))
 
 
+class EarlierRunTable(_Keyed, Base):
+    """A suite's outcomes in the night's previous run, kept when a new run of the night cleared
+    its rows (at its sources stage): the new run's report of the suite compares with them (the
+    `rerun` evidence), then drops them. `outcomes`: JSON object, test key -> 1 failed, 0 passed."""
+
+    __tablename__ = "earlier_runs"
+    __table_args__ = (
+        UniqueConstraint("pipeline", "night", "target", "suite", name="uq_earlier_runs_key"),
+        _MYSQL_OPTIONS,
+    )
+
+    suite: Mapped[str] = mapped_column(String(NAME_LEN))
+    outcomes: Mapped[str] = mapped_column(LongText)
+
+
 class TestVerdictTable(_Keyed, Base):
     """A test that was not plainly stable over the window ending on the key's night: its verdict
     (flaky, broken or insufficient), why, whether its failures are in quarantine, and for a
@@ -324,6 +339,7 @@ ALL_TABLES: tuple[type[Base], ...] = (
     SuiteTable,
     TestCaseTable,
     TestEvidenceTable,
+    EarlierRunTable,
     TestVerdictTable,
     BenchmarkTable,
     RegressionTable,
