@@ -71,6 +71,11 @@ _ERROR_POSITION = re.compile(r": line \d+, column \d+$")
 # A letter right after "<" skips the <?xml ...?> declaration and <!DOCTYPE ...>.
 _FIRST_TAG = re.compile(rb"<([A-Za-z_][\w.:-]*)")
 _SNIFF_BYTES = 4096
+_CHUNK_BYTES = 64 * 1024  # about a hundred typical cases per feed: per-feed overhead is negligible
+# Four bytes per character (UTF-8's most) of MAX_MESSAGE_CHARS, with room: a longer attribute value
+# is cut (see _LongValueCutter) without changing any name or message that is kept.
+MAX_ATTRIBUTE_BYTES = 256 * 1024
+_LONGEST_REFERENCE = 16  # "&#x0010FFFF;" and the named ones are shorter
 _GROUPED_SECONDS = re.compile(r"\d{1,3}(?:,\d{3})+(?:\.\d*)?")  # "1,234.5" (thousands grouped)
 _DECIMAL_COMMA = re.compile(r"\d+,\d+")  # "0,25" (a comma for the decimal point)
 _SECONDS_CACHE_SIZE = 65536  # times repeat ("0.001"): one float object per distinct text
@@ -157,12 +162,12 @@ class JUnitStream:
         except OSError as exc:
             raise JUnitError(f"{self.path}: cannot read file: {exc.strerror}") from exc
         with source:
-            yield from self._walk(source)
+            yield from self._walk(_LongValueCutter(source))
         if self.warnings > MAX_WARNINGS_PER_FILE:
             _log.warning(f"{self.path}: {self.warnings - MAX_WARNINGS_PER_FILE} more warnings not shown")
         self.duration_s = self._suite_seconds if self._suite_seconds is not None else self._case_seconds
 
-    def _walk(self, source: IO[bytes]) -> Iterator[TestCase]:
+    def _walk(self, source: _LongValueCutter) -> Iterator[TestCase]:
         # Open elements, and whether each is a <testsuites>/<testsuite> whose <testcase>s count.
         open_elements: list[Element] = []
         containers: list[bool] = []
@@ -336,6 +341,93 @@ class JUnitStream:
         line, column = exc.position
         reason = _ERROR_POSITION.sub("", str(exc))
         return JUnitError(f"{self.path}: malformed XML at line {line}, column {column}: {reason}")
+
+
+class _LongValueCutter:
+    """The report file as iterparse reads it, with every attribute value longer than
+    MAX_ATTRIBUTE_BYTES cut there and marked.
+
+    pyexpat hands expat at most 1 MiB per call, and expat 2.5 (no reparse deferral) scans a token
+    that is not complete yet from its start again on every call: a 64 MiB `message` attribute was
+    rescanned 64 times or more, quadratic (16 MiB 7.6 s, 64 MiB minutes). Nothing downstream keeps
+    more than MAX_MESSAGE_CHARS of a value, so the rest of a long value is skipped here with
+    bytes.find, in linear time. Only the bytes after the last `<` of each chunk are looked at
+    (attribute values and text cannot hold a `<`), so ordinary reports pay one rfind per chunk.
+    Long text is not cut: expat reports text as it goes, without rescanning.
+    """
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        self._raw = raw
+        self._tag: bytes | None = None  # the bytes since the last `<`, while they may be a start tag
+        self._skip_quote = b""  # the quote ending the value being skipped, b"" when not skipping
+
+    def read(self, size: int = -1) -> bytes:
+        # iterparse asks for 16 KiB; a larger chunk means fewer Python-level feeds.
+        while chunk := self._raw.read(_CHUNK_BYTES):
+            if out := self._filter(chunk):
+                return out
+        return b""
+
+    def _filter(self, chunk: bytes) -> bytes:
+        kept = b""
+        if self._skip_quote:
+            end = _value_end(chunk, 0, self._skip_quote)
+            if end < 0:
+                return b""
+            kept, chunk = TRUNCATED.encode() + chunk[end : end + 1], chunk[end + 1 :]
+            # After the closing quote: inside the tag, outside any value.
+            self._tag, self._skip_quote = b"<_ ", b""
+            if kept.endswith(b"<"):  # malformed (a `<` in a value): let expat say so
+                kept, chunk, self._tag = kept[:-1], b"<" + chunk, None
+        last_lt = chunk.rfind(b"<")
+        if last_lt >= 0:
+            self._tag = chunk[last_lt:]
+        elif self._tag is not None:
+            self._tag += chunk
+        if self._tag is None or len(self._tag) <= MAX_ATTRIBUTE_BYTES:
+            return kept + chunk
+        state, value_start = _open_value(self._tag)
+        if state == "text":
+            self._tag = None
+            return kept + chunk
+        if state != "value" or len(self._tag) - value_start <= MAX_ATTRIBUTE_BYTES:
+            return kept + chunk
+        # Cut the value MAX_ATTRIBUTE_BYTES in, at a character and reference boundary.
+        cut = max(0, value_start + MAX_ATTRIBUTE_BYTES - (len(self._tag) - len(chunk)))
+        while cut < len(chunk) and 0x80 <= chunk[cut] < 0xC0:
+            cut += 1
+        amp = chunk.rfind(b"&", max(0, cut - _LONGEST_REFERENCE), cut)
+        if amp >= 0 and chunk.find(b";", amp, cut) < 0:  # not inside "&#x1F600;"
+            cut = amp
+        self._skip_quote = self._tag[value_start - 1 : value_start]
+        self._tag = None
+        return kept + chunk[:cut] + self._filter(chunk[cut:])
+
+
+def _value_end(data: bytes, start: int, quote: bytes) -> int:
+    """Where the value being skipped ends: its closing quote, or a `<` (malformed; expat says so)."""
+    ends = [i for i in (data.find(quote, start), data.find(b"<", start)) if i >= 0]
+    return min(ends) if ends else -1
+
+
+def _open_value(tag: bytes) -> tuple[str, int]:
+    """What `tag` (bytes from a `<` on) ends in: ("value", where its value starts) inside an
+    attribute value of a start tag, "text" after the tag closed, else "other" (inside the tag
+    outside a value, or a comment, declaration, instruction or end tag)."""
+    if len(tag) < 2 or not (tag[1:2].isalpha() or tag[1] >= 0x80 or tag[1:2] in b"_:"):
+        return "other", 0
+    i = 1
+    while True:
+        quote_at = min((j for j in (tag.find(b'"', i), tag.find(b"'", i)) if j >= 0), default=-1)
+        close_at = tag.find(b">", i)
+        if close_at >= 0 and (quote_at < 0 or close_at < quote_at):
+            return "text", 0
+        if quote_at < 0:
+            return "other", 0
+        end = tag.find(tag[quote_at : quote_at + 1], quote_at + 1)
+        if end < 0:
+            return "value", quote_at + 1
+        i = end + 1
 
 
 def parse_collect_only(output: str, suite: str, runner: str = "local") -> TestReport:
