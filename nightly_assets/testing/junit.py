@@ -15,13 +15,14 @@ first. Names are capped at MAX_NAME_CHARS and messages at MAX_MESSAGE_CHARS, the
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import re
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO, Any
 
 import dagster as dg
 
@@ -36,10 +37,6 @@ from defusedxml.common import (
 )
 
 from nightly_assets.results import Outcome, TestCase, TestReport, node_id_of
-
-if TYPE_CHECKING:
-    # Only the type: parsing untrusted files always goes through defusedxml.
-    from xml.etree.ElementTree import Element
 
 MAX_NAME_CHARS = 1000  # classname and name, each
 MAX_MESSAGE_CHARS = 8000
@@ -56,6 +53,7 @@ _SUITE_TAG = "testsuite"
 _CASE_TAG = "testcase"
 _ROOT_TAGS = (_SUITES_TAG, _SUITE_TAG)
 _FLAKY_TAGS = frozenset({"flakyFailure", "flakyError"})  # Surefire: failed, then passed on a rerun
+_DETAIL_TAGS = frozenset({"failure", "error", "skipped"})  # their message or text is read
 _RERUN_TAGS = frozenset({"rerunFailure", "rerunError"})  # Surefire: failed on every rerun too
 # gtest: status="notrun" result="suppressed" (DISABLED_), result="skipped" (GTEST_SKIP);
 # CTest: status="notrun" / "disabled".
@@ -168,63 +166,39 @@ class JUnitStream:
         self.duration_s = self._suite_seconds if self._suite_seconds is not None else self._case_seconds
 
     def _walk(self, source: _LongValueCutter) -> Iterator[TestCase]:
-        # Open elements, and whether each is a <testsuites>/<testsuite> whose <testcase>s count.
-        open_elements: list[Element] = []
-        containers: list[bool] = []
-        # Enclosing counted <testsuite>s: each one's qualifier ("label::outer::inner", capped),
-        # and how many of them carry each name (a suite named like its case is left out).
-        qualifiers: list[str] = [self.label]
-        suite_names: list[str] = []
-        names_open: Counter[str] = Counter()
-        case_depth = 0  # len(open_elements) when the current <testcase> opened, 0 outside one
-        index = 0
-        try:
-            for event, element in SafeET.iterparse(source, events=("start", "end")):
-                if event == "start":
-                    in_container = bool(containers) and containers[-1] and not case_depth
-                    if not open_elements and element.tag not in _ROOT_TAGS:
-                        raise _not_junit(self.path, element.tag)
-                    open_elements.append(element)
-                    tag = element.tag
-                    counted = (not containers or in_container) and tag in _ROOT_TAGS
-                    containers.append(counted)
-                    if counted and tag == _SUITE_TAG:
-                        name = element.get("name") or ""
-                        if not suite_names:
-                            self._outermost_suite(element, name)
-                        suite_names.append(name)
-                        names_open[name] += 1
-                        qualifiers.append(
-                            _cap(node_id_of(qualifiers[-1], name), MAX_NAME_CHARS) if name else qualifiers[-1]
-                        )
-                    elif in_container and tag == _CASE_TAG:
-                        case_depth = len(open_elements)
-                    continue
-                depth = len(open_elements)
-                open_elements.pop()
-                was_counted = containers.pop()
-                if case_depth and depth > case_depth:
-                    continue  # a child of the case: read when the case ends
-                if case_depth:
-                    case_depth = 0
-                    index += 1
-                    yield self._case(element, index, suite_names, names_open, qualifiers)
-                elif was_counted and element.tag == _SUITE_TAG:
-                    name = suite_names.pop()
-                    names_open[name] -= 1
-                    qualifiers.pop()
-                element.clear()
-                if open_elements:
-                    open_elements[-1].remove(element)
-        except SafeET.ParseError as exc:
-            raise self._parse_error(exc, seen_root=bool(open_elements) or index > 0) from exc
-        except DefusedXmlException as exc:
-            raise JUnitError(
-                f"{self.path}: forbidden XML construct ({_forbidden_construct(exc)}); "
-                "JUnit files must be plain XML"
-            ) from exc
+        # A parser target, not iterparse: no Element per tag, no event queue (the same defusedxml
+        # parser and protections). Each chunk's finished cases are yielded before the next read.
+        target = _Target(self)
+        parser = SafeET.DefusedXMLParser(target=target)
+        # Straight from expat (ordered attributes: [name, value, ...]), past XMLParser's per-tag
+        # Python wrappers, a third of the time; defusedxml's own handlers stay as they are.
+        parser.parser.StartElementHandler = target.start
+        parser.parser.EndElementHandler = target.end
+        target.expat = parser.parser
+        target.expat.CharacterDataHandler = len  # a C no-op: text is read only inside a detail
+        while True:
+            chunk = source.read()
+            fault: Exception | None = None
+            try:
+                parser.feed(chunk) if chunk else parser.close()
+            except (SafeET.ParseError, DefusedXmlException) as exc:
+                fault = exc
+            if fault or not chunk:
+                target.flush()
+            yield from target.done  # the cases before a fault are kept
+            target.done.clear()
+            if isinstance(fault, SafeET.ParseError):
+                seen_root = bool(target.containers) or target.index > 0
+                raise self._parse_error(fault, seen_root) from fault
+            if isinstance(fault, DefusedXmlException):
+                raise JUnitError(
+                    f"{self.path}: forbidden XML construct ({_forbidden_construct(fault)}); "
+                    "JUnit files must be plain XML"
+                ) from fault
+            if not chunk:
+                return
 
-    def _outermost_suite(self, element: Element, name: str) -> None:
+    def _outermost_suite(self, element: Mapping[str, str], name: str) -> None:
         raw = element.get("time")
         if self._suite_seconds is None:
             return
@@ -235,30 +209,33 @@ class JUnitStream:
 
     def _case(
         self,
-        element: Element,
+        element: _Node,
         index: int,
         suite_names: list[str],
         names_open: Counter[str],
         qualifiers: list[str],
     ) -> TestCase:
-        raw_name = element.get("name") or ""
+        raw_name = element.attrib.get("name") or ""
         if raw_name:
             name = _cap(raw_name, MAX_NAME_CHARS)
         else:
             name = f"<unnamed testcase #{index}>"
             self._warn(f"<testcase> #{index} has no 'name' attribute; recorded as {name!r}")
-        classname = element.get("classname") or ""
+        classname = element.attrib.get("classname") or ""
         if not classname or classname == raw_name:
             if not names_open[raw_name]:
                 classname = qualifiers[-1]
             else:  # leave out the suites named like the case (Bazel's generated test.xml)
                 parts = [self.label, *(s for s in suite_names if s and s != raw_name)]
                 classname = "::".join(p for p in parts if p)
-        classname = self._classnames.setdefault(classname, _cap(classname, MAX_NAME_CHARS))
+        kept = self._classnames.get(classname)
+        if kept is None:
+            kept = self._classnames[classname] = _cap(classname, MAX_NAME_CHARS)
+        classname = kept
 
         failure = error = skipped = None
         reruns = 0
-        for child in element:
+        for child in element.children:
             tag = child.tag
             if tag == "failure":
                 failure = child if failure is None else failure
@@ -276,19 +253,19 @@ class JUnitStream:
             outcome = "error"
         elif (
             skipped is not None
-            or element.get("status") in _SKIPPED_STATUS
-            or element.get("result") in _SKIPPED_RESULT
+            or element.attrib.get("status") in _SKIPPED_STATUS
+            or element.attrib.get("result") in _SKIPPED_RESULT
         ):
             outcome = "skipped"
         else:
             outcome = "passed"
         message = None
         if detail is not None:
-            text = detail.get("message") or (detail.text or "").strip()
+            text = detail.attrib.get("message") or (detail.text or "").strip()
             if text == PYTEST_COLLECTION_FAILURE:
                 text = f"{text}: {collection_cause(detail.text or '')}"
             message = _cap(text, MAX_MESSAGE_CHARS) if text else None
-        raw_time = element.get("time")
+        raw_time = element.attrib.get("time")
         seconds = 0.0
         if raw_time is not None:
             seconds = self._seconds(raw_time, f"<testcase> {node_id_of(classname, name)!r}")
@@ -343,6 +320,143 @@ class JUnitStream:
         return JUnitError(f"{self.path}: malformed XML at line {line}, column {column}: {reason}")
 
 
+class _Node:
+    """A <testcase> or one of its children, as `_case` reads them (tag, attributes, leading text)."""
+
+    __slots__ = ("attrib", "children", "tag", "text")
+
+    def __init__(self, tag: str, attrib: dict[str, str]) -> None:
+        self.tag = tag
+        self.attrib = attrib
+        self.text: str | None = None
+        self.children: list[_Node] = []
+
+
+class _Target:
+    """The parser's target: follows the suites, keeps the open <testcase> and its direct children
+    (and the leading text of its <failure>/<error>/<skipped>), and turns each finished case into a
+    TestCase in `done`. Nothing else of the document is kept."""
+
+    def __init__(self, stream: JUnitStream) -> None:
+        self.stream = stream
+        self.done: list[TestCase] = []
+        self.index = 0  # cases finished
+        # Per open element: whether it is a <testsuites>/<testsuite> whose <testcase>s count.
+        self.containers: list[bool] = []
+        # Enclosing counted <testsuite>s: each one's qualifier ("label::outer::inner", capped),
+        # and how many of them carry each name (a suite named like its case is left out).
+        self.qualifiers: list[str] = [stream.label]
+        self.suite_names: list[str] = []
+        self.names_open: Counter[str] = Counter()
+        self.case: _Node | None = None
+        self.case_depth = 0  # len(containers) once the current <testcase> opened
+        self.text_of: _Node | None = None  # the case's child whose leading text is being read
+        self.parts: list[str] = []
+        self.expat: Any = None  # pyexpat's parser: text is handed to `data` only while it counts
+        # The last case, held back until the next one shows it was not retried (see `end`), and
+        # the count of suites opened when it was read (a retry is in the same suite).
+        self.held: TestCase | None = None
+        self.held_suite = 0
+        self.suites_opened = 0
+
+    def flush(self) -> None:
+        """The held case is final: the document ended or broke off."""
+        if self.held is not None:
+            self.done.append(self.held)
+            self.held = None
+
+    def start(self, tag: str, attributes: list[str]) -> None:
+        containers = self.containers
+        if self.case is not None:
+            depth = len(containers)
+            if depth == self.case_depth:
+                tag = _ns(tag)
+                if tag in _DETAIL_TAGS:
+                    self.text_of = child = _Node(tag, _attrib(attributes))
+                    self.expat.CharacterDataHandler = self.data
+                else:  # <system-out>, reruns ...: only the tag counts
+                    child = _Node(tag, _NO_ATTRIBUTES)
+                self.case.children.append(child)
+            elif depth == self.case_depth + 1:
+                self._end_text()  # .text is what comes before the detail's first child
+            containers.append(False)
+            return
+        tag = _ns(tag)
+        if not containers and tag not in _ROOT_TAGS:
+            raise _not_junit(self.stream.path, tag)
+        in_container = bool(containers) and containers[-1]
+        counted = (not containers or in_container) and tag in _ROOT_TAGS
+        containers.append(counted)
+        if counted and tag == _SUITE_TAG:
+            self.suites_opened += 1
+            attrib = _attrib(attributes)
+            name = attrib.get("name") or ""
+            if not self.suite_names:
+                self.stream._outermost_suite(attrib, name)
+            self.suite_names.append(name)
+            self.names_open[name] += 1
+            qualifier = self.qualifiers[-1]
+            self.qualifiers.append(_cap(node_id_of(qualifier, name), MAX_NAME_CHARS) if name else qualifier)
+        elif in_container and tag == _CASE_TAG:
+            self.case = _Node(tag, _attrib(attributes))
+            self.case_depth = len(containers)
+
+    def end(self, tag: str) -> None:
+        depth = len(self.containers)
+        was_counted = self.containers.pop()
+        if self.case is not None:
+            if depth > self.case_depth:
+                if depth == self.case_depth + 1:
+                    self._end_text()
+                return
+            self.index += 1
+            case = self.stream._case(
+                self.case, self.index, self.suite_names, self.names_open, self.qualifiers
+            )
+            self.case = None
+            held = self.held
+            if (
+                held is not None
+                and self.held_suite == self.suites_opened
+                and held.name == case.name
+                and held.classname == case.classname
+            ):
+                # Xcode writes a retried test as the same <testcase> again, right after the last
+                # try: one test whose attempts are the tries and whose outcome is the last one's.
+                case = dataclasses.replace(
+                    case, attempts=held.attempts + case.attempts, duration_s=held.duration_s + case.duration_s
+                )
+            elif held is not None:
+                self.done.append(held)
+            self.held, self.held_suite = case, self.suites_opened
+        elif was_counted and _ns(tag) == _SUITE_TAG:
+            self.names_open[self.suite_names.pop()] -= 1
+            self.qualifiers.pop()
+
+    def data(self, text: str) -> None:
+        if self.text_of is not None:
+            self.parts.append(text)
+
+    def _end_text(self) -> None:
+        if self.text_of is not None:
+            self.text_of.text = "".join(self.parts) if self.parts else None
+            self.text_of = None
+            self.parts.clear()
+            self.expat.CharacterDataHandler = len
+
+
+_NO_ATTRIBUTES: dict[str, str] = {}  # shared by the children whose attributes are not read
+
+
+def _ns(tag: str) -> str:
+    """A tag as ElementTree names it: expat writes a namespaced one as "uri}local"."""
+    return "{" + tag if "}" in tag else tag
+
+
+def _attrib(attributes: list[str]) -> dict[str, str]:
+    return dict(zip(attributes[::2], attributes[1::2], strict=True))
+
+
 class _LongValueCutter:
     """The report file as iterparse reads it, with every attribute value longer than
     MAX_ATTRIBUTE_BYTES cut there and marked.
@@ -360,6 +474,8 @@ class _LongValueCutter:
         self._raw = raw
         self._tag: bytes | None = None  # the bytes since the last `<`, while they may be a start tag
         self._skip_quote = b""  # the quote ending the value being skipped, b"" when not skipping
+        self._in_reference = False  # the cut fell inside "&...;"
+        self._in_character = False  # the bytes after the cut may still continue a UTF-8 character
 
     def read(self, size: int = -1) -> bytes:
         # iterparse asks for 16 KiB; a larger chunk means fewer Python-level feeds.
@@ -371,14 +487,17 @@ class _LongValueCutter:
     def _filter(self, chunk: bytes) -> bytes:
         kept = b""
         if self._skip_quote:
+            kept, chunk = self._finish_cut(chunk)
             end = _value_end(chunk, 0, self._skip_quote)
             if end < 0:
-                return b""
-            kept, chunk = TRUNCATED.encode() + chunk[end : end + 1], chunk[end + 1 :]
-            # After the closing quote: inside the tag, outside any value.
-            self._tag, self._skip_quote = b"<_ ", b""
-            if kept.endswith(b"<"):  # malformed (a `<` in a value): let expat say so
-                kept, chunk, self._tag = kept[:-1], b"<" + chunk, None
+                return kept
+            kept += TRUNCATED.encode()
+            if chunk[end : end + 1] == b"<":  # malformed (a `<` in a value): expat says so
+                self._tag, chunk = None, chunk[end:]
+            else:  # after the closing quote: inside the tag, outside any value
+                kept += self._skip_quote
+                self._tag, chunk = b"<_ ", chunk[end + 1 :]
+            self._skip_quote = b""
         last_lt = chunk.rfind(b"<")
         if last_lt >= 0:
             self._tag = chunk[last_lt:]
@@ -387,21 +506,38 @@ class _LongValueCutter:
         if self._tag is None or len(self._tag) <= MAX_ATTRIBUTE_BYTES:
             return kept + chunk
         state, value_start = _open_value(self._tag)
-        if state == "text":
+        if state == "tag" or (state == "value" and len(self._tag) - value_start <= MAX_ATTRIBUTE_BYTES):
+            return kept + chunk
+        if state != "value":  # text, a comment, an end tag ...: nothing to cut until the next `<`
             self._tag = None
             return kept + chunk
-        if state != "value" or len(self._tag) - value_start <= MAX_ATTRIBUTE_BYTES:
-            return kept + chunk
-        # Cut the value MAX_ATTRIBUTE_BYTES in, at a character and reference boundary.
-        cut = max(0, value_start + MAX_ATTRIBUTE_BYTES - (len(self._tag) - len(chunk)))
-        while cut < len(chunk) and 0x80 <= chunk[cut] < 0xC0:
-            cut += 1
-        amp = chunk.rfind(b"&", max(0, cut - _LONGEST_REFERENCE), cut)
-        if amp >= 0 and chunk.find(b";", amp, cut) < 0:  # not inside "&#x1F600;"
-            cut = amp
+        # Cut the value MAX_ATTRIBUTE_BYTES in (_finish_cut then completes a character or
+        # reference cut in two); the value exceeded the limit in this chunk, so the cut is in it.
+        fed = len(self._tag) - len(chunk)
+        cut = max(0, value_start + MAX_ATTRIBUTE_BYTES - fed)
+        window = self._tag[max(value_start, fed + cut - _LONGEST_REFERENCE) : fed + cut]
+        amp = window.rfind(b"&")
+        self._in_reference = amp >= 0 and b";" not in window[amp:]
+        self._in_character = True
         self._skip_quote = self._tag[value_start - 1 : value_start]
         self._tag = None
         return kept + chunk[:cut] + self._filter(chunk[cut:])
+
+    def _finish_cut(self, data: bytes) -> tuple[bytes, bytes]:
+        """The bytes after a cut that complete the reference or UTF-8 character it fell in (they
+        may come in later chunks), and the rest of `data`."""
+        done = 0
+        if self._in_reference:
+            semicolon = data.find(b";")
+            if semicolon < 0:
+                return data, b""
+            done, self._in_reference = semicolon + 1, False
+        while self._in_character and done < len(data):
+            if 0x80 <= data[done] < 0xC0:
+                done += 1
+            else:
+                self._in_character = False
+        return data[:done], data[done:]
 
 
 def _value_end(data: bytes, start: int, quote: bytes) -> int:
@@ -412,8 +548,8 @@ def _value_end(data: bytes, start: int, quote: bytes) -> int:
 
 def _open_value(tag: bytes) -> tuple[str, int]:
     """What `tag` (bytes from a `<` on) ends in: ("value", where its value starts) inside an
-    attribute value of a start tag, "text" after the tag closed, else "other" (inside the tag
-    outside a value, or a comment, declaration, instruction or end tag)."""
+    attribute value of a start tag, "tag" inside a start tag outside a value, else "other" (text
+    after the tag, or a comment, declaration, instruction or end tag)."""
     if len(tag) < 2 or not (tag[1:2].isalpha() or tag[1] >= 0x80 or tag[1:2] in b"_:"):
         return "other", 0
     i = 1
@@ -421,9 +557,9 @@ def _open_value(tag: bytes) -> tuple[str, int]:
         quote_at = min((j for j in (tag.find(b'"', i), tag.find(b"'", i)) if j >= 0), default=-1)
         close_at = tag.find(b">", i)
         if close_at >= 0 and (quote_at < 0 or close_at < quote_at):
-            return "text", 0
-        if quote_at < 0:
             return "other", 0
+        if quote_at < 0:
+            return "tag", 0
         end = tag.find(tag[quote_at : quote_at + 1], quote_at + 1)
         if end < 0:
             return "value", quote_at + 1
