@@ -215,15 +215,16 @@ class JUnitStream:
         names_open: Counter[str],
         qualifiers: list[str],
     ) -> TestCase:
-        raw_name = element.attrib.get("name") or ""
+        attrib = element.attrib
+        raw_name = attrib.get("name") or ""
         if raw_name:
-            name = _cap(raw_name, MAX_NAME_CHARS)
+            name = raw_name if len(raw_name) <= MAX_NAME_CHARS else _cap(raw_name, MAX_NAME_CHARS)
         else:
             name = f"<unnamed testcase #{index}>"
             self._warn(f"<testcase> #{index} has no 'name' attribute; recorded as {name!r}")
-        classname = element.attrib.get("classname") or ""
+        classname = attrib.get("classname") or ""
         if not classname or classname == raw_name:
-            if not names_open[raw_name]:
+            if not names_open.get(raw_name):
                 classname = qualifiers[-1]
             else:  # leave out the suites named like the case (Bazel's generated test.xml)
                 parts = [self.label, *(s for s in suite_names if s and s != raw_name)]
@@ -234,17 +235,14 @@ class JUnitStream:
         classname = kept
 
         failure = error = skipped = None
-        reruns = 0
-        for child in element.children:
+        for child in element.details:
             tag = child.tag
             if tag == "failure":
                 failure = child if failure is None else failure
             elif tag == "error":
                 error = child if error is None else error
-            elif tag == "skipped":
-                skipped = child if skipped is None else skipped
-            elif tag in _FLAKY_TAGS or tag in _RERUN_TAGS:
-                reruns += 1
+            elif skipped is None:
+                skipped = child
         outcome: Outcome
         detail = failure if failure is not None else error if error is not None else skipped
         if failure is not None:
@@ -253,8 +251,8 @@ class JUnitStream:
             outcome = "error"
         elif (
             skipped is not None
-            or element.attrib.get("status") in _SKIPPED_STATUS
-            or element.attrib.get("result") in _SKIPPED_RESULT
+            or attrib.get("status") in _SKIPPED_STATUS
+            or attrib.get("result") in _SKIPPED_RESULT
         ):
             outcome = "skipped"
         else:
@@ -265,10 +263,16 @@ class JUnitStream:
             if text == PYTEST_COLLECTION_FAILURE:
                 text = f"{text}: {collection_cause(detail.text or '')}"
             message = _cap(text, MAX_MESSAGE_CHARS) if text else None
-        raw_time = element.attrib.get("time")
+        raw_time = attrib.get("time")
         seconds = 0.0
         if raw_time is not None:
-            seconds = self._seconds(raw_time, f"<testcase> {node_id_of(classname, name)!r}")
+            cached = self._seconds_cache.get(raw_time)
+            # The owner's name is built only for a time not seen before (it may be warned about).
+            seconds = (
+                cached
+                if cached is not None
+                else self._seconds(raw_time, f"<testcase> {node_id_of(classname, name)!r}")
+            )
         self._case_seconds += seconds
         return TestCase(
             classname=classname,
@@ -276,7 +280,7 @@ class JUnitStream:
             outcome=outcome,
             duration_s=seconds,
             message=message,
-            attempts=max(self.attempts, 1 + reruns),
+            attempts=self.attempts if self.attempts > element.reruns else 1 + element.reruns,
         )
 
     def _seconds(self, raw: str, owner: str) -> float:
@@ -321,15 +325,17 @@ class JUnitStream:
 
 
 class _Node:
-    """A <testcase> or one of its children, as `_case` reads them (tag, attributes, leading text)."""
+    """A <testcase> (its <failure>/<error>/<skipped> children in `details`, its Surefire reruns
+    counted), or one of those details (with its leading text): what `_case` reads."""
 
-    __slots__ = ("attrib", "children", "tag", "text")
+    __slots__ = ("attrib", "details", "reruns", "tag", "text")
 
     def __init__(self, tag: str, attrib: dict[str, str]) -> None:
         self.tag = tag
         self.attrib = attrib
         self.text: str | None = None
-        self.children: list[_Node] = []
+        self.details: list[_Node] = []
+        self.reruns = 0
 
 
 class _Target:
@@ -366,22 +372,28 @@ class _Target:
             self.held = None
 
     def start(self, tag: str, attributes: list[str]) -> None:
+        # The hottest code here (several calls per case): names inlined, no helper calls.
         containers = self.containers
-        if self.case is not None:
+        case = self.case
+        if case is not None:
             depth = len(containers)
-            if depth == self.case_depth:
-                tag = _ns(tag)
-                if tag in _DETAIL_TAGS:
-                    self.text_of = child = _Node(tag, _attrib(attributes))
-                    self.expat.CharacterDataHandler = self.data
-                else:  # <system-out>, reruns ...: only the tag counts
-                    child = _Node(tag, _NO_ATTRIBUTES)
-                self.case.children.append(child)
-            elif depth == self.case_depth + 1:
-                self._end_text()  # .text is what comes before the detail's first child
             containers.append(False)
+            if depth == self.case_depth:
+                if "}" in tag:
+                    tag = "{" + tag
+                if tag in _DETAIL_TAGS:
+                    self.text_of = child = _Node(
+                        tag, dict(zip(attributes[::2], attributes[1::2], strict=True))
+                    )
+                    case.details.append(child)
+                    self.expat.CharacterDataHandler = self.data
+                elif tag in _FLAKY_TAGS or tag in _RERUN_TAGS:
+                    case.reruns += 1
+            elif depth == self.case_depth + 1 and self.text_of is not None:
+                self._end_text()  # .text is what comes before the detail's first child
             return
-        tag = _ns(tag)
+        if "}" in tag:
+            tag = "{" + tag
         if not containers and tag not in _ROOT_TAGS:
             raise _not_junit(self.stream.path, tag)
         in_container = bool(containers) and containers[-1]
@@ -389,7 +401,7 @@ class _Target:
         containers.append(counted)
         if counted and tag == _SUITE_TAG:
             self.suites_opened += 1
-            attrib = _attrib(attributes)
+            attrib = dict(zip(attributes[::2], attributes[1::2], strict=True))
             name = attrib.get("name") or ""
             if not self.suite_names:
                 self.stream._outermost_suite(attrib, name)
@@ -398,7 +410,7 @@ class _Target:
             qualifier = self.qualifiers[-1]
             self.qualifiers.append(_cap(node_id_of(qualifier, name), MAX_NAME_CHARS) if name else qualifier)
         elif in_container and tag == _CASE_TAG:
-            self.case = _Node(tag, _attrib(attributes))
+            self.case = _Node(tag, dict(zip(attributes[::2], attributes[1::2], strict=True)))
             self.case_depth = len(containers)
 
     def end(self, tag: str) -> None:
@@ -406,7 +418,7 @@ class _Target:
         was_counted = self.containers.pop()
         if self.case is not None:
             if depth > self.case_depth:
-                if depth == self.case_depth + 1:
+                if depth == self.case_depth + 1 and self.text_of is not None:
                     self._end_text()
                 return
             self.index += 1
@@ -429,7 +441,7 @@ class _Target:
             elif held is not None:
                 self.done.append(held)
             self.held, self.held_suite = case, self.suites_opened
-        elif was_counted and _ns(tag) == _SUITE_TAG:
+        elif was_counted and tag == _SUITE_TAG:  # (a counted one has no namespace)
             self.names_open[self.suite_names.pop()] -= 1
             self.qualifiers.pop()
 
@@ -443,18 +455,6 @@ class _Target:
             self.text_of = None
             self.parts.clear()
             self.expat.CharacterDataHandler = len
-
-
-_NO_ATTRIBUTES: dict[str, str] = {}  # shared by the children whose attributes are not read
-
-
-def _ns(tag: str) -> str:
-    """A tag as ElementTree names it: expat writes a namespaced one as "uri}local"."""
-    return "{" + tag if "}" in tag else tag
-
-
-def _attrib(attributes: list[str]) -> dict[str, str]:
-    return dict(zip(attributes[::2], attributes[1::2], strict=True))
 
 
 class _LongValueCutter:
