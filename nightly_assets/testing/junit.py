@@ -2,8 +2,11 @@
 
 JUnit is read as the tools write it: pytest (xunit1/xunit2), Bazel's test.xml, Maven Surefire and
 Gradle (with `<flakyFailure>`/`<rerunFailure>` reruns), jest-junit, go-junit-report, CTest and
-GoogleTest, with `<testsuite>`s nested to any depth. Files are streamed (defusedxml's iterparse,
-each finished element cleared and dropped), so memory holds the cases read so far, not the tree.
+GoogleTest, with `<testsuite>`s nested to any depth. Files are streamed through defusedxml's parser
+with a target that keeps only the open <testcase>, so memory holds the cases read so far, not the
+tree; attribute values past MAX_ATTRIBUTE_BYTES are cut before the parser sees them (linear time
+whatever the shape, see _LongValueCutter). A test retried as the same <testcase> written again right
+after (Xcode, Gradle's test-retry) is one case: its attempts the tries, its outcome the last one's.
 
 Identity (`TestCase.node_id` = classname::name): the `classname` attribute when it is set and
 differs from the case's name (pytest, Surefire, Gradle, gtest, go-junit-report: unchanged from
@@ -55,6 +58,7 @@ _ROOT_TAGS = (_SUITES_TAG, _SUITE_TAG)
 _FLAKY_TAGS = frozenset({"flakyFailure", "flakyError"})  # Surefire: failed, then passed on a rerun
 _DETAIL_TAGS = frozenset({"failure", "error", "skipped"})  # their message or text is read
 _RERUN_TAGS = frozenset({"rerunFailure", "rerunError"})  # Surefire: failed on every rerun too
+_RERUN_ALL_TAGS = _FLAKY_TAGS | _RERUN_TAGS
 # gtest: status="notrun" result="suppressed" (DISABLED_), result="skipped" (GTEST_SKIP);
 # CTest: status="notrun" / "disabled".
 _SKIPPED_STATUS = frozenset({"notrun", "disabled", "skipped"})
@@ -355,7 +359,7 @@ class _Target:
         self.suite_names: list[str] = []
         self.names_open: Counter[str] = Counter()
         self.case: _Node | None = None
-        self.case_depth = 0  # len(containers) once the current <testcase> opened
+        self.inner = 0  # elements open inside the current <testcase>
         self.text_of: _Node | None = None  # the case's child whose leading text is being read
         self.parts: list[str] = []
         self.expat: Any = None  # pyexpat's parser: text is handed to `data` only while it counts
@@ -376,9 +380,9 @@ class _Target:
         containers = self.containers
         case = self.case
         if case is not None:
-            depth = len(containers)
-            containers.append(False)
-            if depth == self.case_depth:
+            inner = self.inner
+            self.inner = inner + 1
+            if not inner:
                 if "}" in tag:
                     tag = "{" + tag
                 if tag in _DETAIL_TAGS:
@@ -387,9 +391,9 @@ class _Target:
                     )
                     case.details.append(child)
                     self.expat.CharacterDataHandler = self.data
-                elif tag in _FLAKY_TAGS or tag in _RERUN_TAGS:
+                elif tag in _RERUN_ALL_TAGS:
                     case.reruns += 1
-            elif depth == self.case_depth + 1 and self.text_of is not None:
+            elif inner == 1 and self.text_of is not None:
                 self._end_text()  # .text is what comes before the detail's first child
             return
         if "}" in tag:
@@ -411,16 +415,16 @@ class _Target:
             self.qualifiers.append(_cap(node_id_of(qualifier, name), MAX_NAME_CHARS) if name else qualifier)
         elif in_container and tag == _CASE_TAG:
             self.case = _Node(tag, dict(zip(attributes[::2], attributes[1::2], strict=True)))
-            self.case_depth = len(containers)
 
     def end(self, tag: str) -> None:
-        depth = len(self.containers)
-        was_counted = self.containers.pop()
         if self.case is not None:
-            if depth > self.case_depth:
-                if depth == self.case_depth + 1 and self.text_of is not None:
+            inner = self.inner
+            if inner:
+                self.inner = inner - 1
+                if inner == 1 and self.text_of is not None:
                     self._end_text()
                 return
+            self.containers.pop()
             self.index += 1
             case = self.stream._case(
                 self.case, self.index, self.suite_names, self.names_open, self.qualifiers
@@ -441,7 +445,7 @@ class _Target:
             elif held is not None:
                 self.done.append(held)
             self.held, self.held_suite = case, self.suites_opened
-        elif was_counted and tag == _SUITE_TAG:  # (a counted one has no namespace)
+        elif self.containers.pop() and tag == _SUITE_TAG:  # (a counted one has no namespace)
             self.names_open[self.suite_names.pop()] -= 1
             self.qualifiers.pop()
 
