@@ -1,5 +1,5 @@
 """JUnit shapes the plain tests do not reach: retries written as repeated testcases (Xcode) and
-attribute values long enough that expat would rescan them (cut by _LongValueCutter)."""
+attribute values long enough that expat would rescan them (cut by junit_values.LongValueCutter)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from nightly_assets.testing import junit
+from nightly_assets.testing import junit, junit_values
 from nightly_assets.testing.junit import MAX_MESSAGE_CHARS, TRUNCATED, iter_junit, parse_junit
 
 
@@ -115,9 +115,9 @@ def test_the_cutter_bounds_what_expat_sees(tmp_path: Path) -> None:
         + b"z" * big  # text is not cut: expat reads it without rescanning
         + b"</failure></testcase></testsuite>"
     )
-    cutter = junit._LongValueCutter(io.BytesIO(data))
+    cutter = junit_values.LongValueCutter(io.BytesIO(data), TRUNCATED.encode())
     seen = b"".join(iter(cutter.read, b""))
-    assert len(seen) < len(data) - big + 2 * junit.MAX_ATTRIBUTE_BYTES
+    assert len(seen) < len(data) - big + 2 * junit_values.MAX_ATTRIBUTE_BYTES
     assert seen.count(b"z") == big
     assert TRUNCATED.encode() + b'" type="E">' in seen
 
@@ -128,9 +128,9 @@ def test_cutting_at_any_chunk_boundary_keeps_the_document(
 ) -> None:
     # Tiny chunks and limit: every cut, skip and resume lands on every kind of boundary.
     rng = random.Random(seed)
-    monkeypatch.setattr(junit, "_CHUNK_BYTES", rng.randint(1, 23))
+    monkeypatch.setattr(junit_values, "CHUNK_BYTES", rng.randint(1, 23))
     # Above the few bytes of the names and times, which must come through whole.
-    monkeypatch.setattr(junit, "MAX_ATTRIBUTE_BYTES", rng.randint(8, 60))
+    monkeypatch.setattr(junit_values, "MAX_ATTRIBUTE_BYTES", rng.randint(8, 60))
     pieces = ["a", "é", "€", "😀", "&amp;", "&#233;", "&#x1F600;", "&gt;", ">", " "]
     cases, expected = [], []
     for i in range(rng.randint(1, 12)):
