@@ -1,4 +1,12 @@
-"""Peak memory and throughput of parsing a large JUnit file, against a file a tenth its size.
+"""JUnit parsing: throughput against the previous parser and junitparser, time against the size of
+one long value, and peak memory of a large file against a file a tenth its size.
+
+Throughput (`BENCH_JUNIT_CASES`, 200,000 pytest-shaped cases): `parse_junit`, the whole-tree parser
+this one replaced (read from git history, as it was at PREVIOUS_PARSER_COMMIT) and junitparser (when
+installed) parse the same file in this process, in turns, best of THROUGHPUT_ROUNDS each, in CPU seconds.
+Long values: one case whose failure `message` attribute, or whose failure text, is 1, 4, 16 and
+64 MiB; seconds per MiB against the 1 MiB file's (linear: about 1 or less; quadratic: 64).
+Peak memory:
 
 The file is pytest-shaped (captured output on every case, a failure or a skip now and then):
 `BENCH_JUNIT_MB` (1024) MB holding about 2 M cases at the default size. Each file is parsed twice,
@@ -11,15 +19,22 @@ ru_maxrss across exec, so forking it from this large process would raise every f
   grows with the number of cases (about 190 bytes of RSS each), not with the bytes read.
 """
 
+import importlib.util
 import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 TARGET_PEAK_MB = 300.0
+# The last commit whose junit.py parsed the whole tree (defusedxml fromstring): "the previous parser".
+PREVIOUS_PARSER_COMMIT = "ad8e597"
+THROUGHPUT_ROUNDS = 3  # best of three: other processes on a shared CI machine only ever slow a round
+LONG_VALUE_MIB = (1, 4, 16, 64)
 BYTES_PER_CASE = 537  # 1 GiB holds 2 M cases
 
 _CHILD = """
@@ -104,7 +119,106 @@ def measure(path: Path, mode: str) -> dict[str, float]:
     return {"peak_mb": result["maxrss_kib"] / 1024, "cases": result["cases"], "seconds": result["seconds"]}
 
 
+def _previous_parser() -> ModuleType | None:
+    source = subprocess.run(
+        ["git", "show", f"{PREVIOUS_PARSER_COMMIT}:nightly_assets/testing/junit.py"],
+        cwd=Path(__file__).parent,
+        capture_output=True,
+        text=True,
+    )
+    if source.returncode:
+        return None
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as out:
+        out.write(source.stdout)
+    spec = importlib.util.spec_from_file_location("previous_junit", out.name)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    os.unlink(out.name)
+    return module
+
+
+def _junitparser_count(path: Path) -> int:
+    from junitparser import JUnitXml  # type: ignore[import-not-found, unused-ignore]
+
+    # What a report needs of each case: identity, time and result.
+    return sum(
+        1 for suite in JUnitXml.fromfile(str(path)) for case in suite if (case.name, case.time, case.result)
+    )
+
+
+def throughput() -> dict[str, float]:
+    from nightly_assets.testing.junit import parse_junit
+
+    cases = int(os.environ.get("BENCH_JUNIT_CASES", "200000"))
+    parsers: dict[str, Callable[[Path], int]] = {"parse_junit": lambda p: parse_junit(p, "bench").total}
+    previous = _previous_parser()
+    if previous is None:
+        print(f"  previous parser: not in this checkout's history ({PREVIOUS_PARSER_COMMIT}), left out")
+    else:
+        parsers["previous"] = lambda p: previous.parse_junit(p, "bench").total
+    if importlib.util.find_spec("junitparser") is None:
+        print("  junitparser: not installed (pip install junitparser), left out")
+    else:
+        parsers["junitparser"] = _junitparser_count
+    best = dict.fromkeys(parsers, float("inf"))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "cases.xml"
+        written = write_junit(path, cases * BYTES_PER_CASE)
+        file_mb = path.stat().st_size / 1024 / 1024
+        for _ in range(THROUGHPUT_ROUNDS):
+            for name, parse in parsers.items():
+                # CPU time of this process: the parse is single-threaded, and a busy machine's
+                # other processes then stretch no parser's figure.
+                start = time.process_time()
+                parsed = parse(path)
+                best[name] = min(best[name], time.process_time() - start)
+                assert parsed == written, (name, parsed, written)
+    print(f"junit throughput ({written:,} cases, {file_mb:,.0f} MB; CPU s, best of {THROUGHPUT_ROUNDS})")
+    for name, seconds in best.items():
+        print(f"  {name:<12} {seconds:6.2f} s {written / seconds:9,.0f} cases/s")
+    return {
+        f"junit_throughput_vs_{name}": best[name] / best["parse_junit"]
+        for name in parsers
+        if name != "parse_junit"
+    }
+
+
+def long_values() -> dict[str, float]:
+    from nightly_assets.testing.junit import parse_junit
+
+    print("junit long values (one case; seconds, and seconds per MiB against the 1 MiB file's)")
+    ratios = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for where in ("attribute", "text"):
+            seconds = {}
+            for mib in LONG_VALUE_MIB:
+                path = Path(tmp) / f"{where}.xml"
+                value = "x" * (mib << 20)
+                detail = (
+                    f'<failure message="{value}"/>' if where == "attribute" else f"<failure>{value}</failure>"
+                )
+                path.write_text(
+                    f'<testsuite name="s"><testcase classname="c" name="t">{detail}</testcase></testsuite>'
+                )
+                del value
+                start = time.perf_counter()
+                assert parse_junit(path, "bench").cases[0].outcome == "failed"
+                seconds[mib] = time.perf_counter() - start
+            base = seconds[LONG_VALUE_MIB[0]] / LONG_VALUE_MIB[0]
+            row = "  ".join(f"{mib} MiB {s:6.3f} s ({s / mib / base:4.2f}x)" for mib, s in seconds.items())
+            print(f"  {where:<9} {row}")
+            top = LONG_VALUE_MIB[-1]
+            ratios[f"junit_long_{where}_{top}mib_s_per_mib_vs_1mib"] = seconds[top] / top / base
+            print(f"  target: {top} MiB {where} in < 3 s: {seconds[top]:.2f} s")
+    return ratios
+
+
 def main() -> dict[str, float]:
+    return {**throughput(), **long_values(), **memory()}
+
+
+def memory() -> dict[str, float]:
     size_mb = float(os.environ.get("BENCH_JUNIT_MB", "1024"))
     rows: dict[tuple[str, str], dict[str, float]] = {}
     with tempfile.TemporaryDirectory() as tmp:

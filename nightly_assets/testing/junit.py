@@ -2,8 +2,11 @@
 
 JUnit is read as the tools write it: pytest (xunit1/xunit2), Bazel's test.xml, Maven Surefire and
 Gradle (with `<flakyFailure>`/`<rerunFailure>` reruns), jest-junit, go-junit-report, CTest and
-GoogleTest, with `<testsuite>`s nested to any depth. Files are streamed (defusedxml's iterparse,
-each finished element cleared and dropped), so memory holds the cases read so far, not the tree.
+GoogleTest, with `<testsuite>`s nested to any depth. Files are streamed through defusedxml's parser
+with a target that keeps only the open <testcase>, so memory holds the cases read so far, not the
+tree; attribute values past MAX_ATTRIBUTE_BYTES are cut before the parser sees them (linear time
+whatever the shape, see junit_values.py). A test retried as the same <testcase> written again right
+after (Xcode, Gradle's test-retry) is one case: its attempts the tries, its outcome the last one's.
 
 Identity (`TestCase.node_id` = classname::name): the `classname` attribute when it is set and
 differs from the case's name (pytest, Surefire, Gradle, gtest, go-junit-report: unchanged from
@@ -15,13 +18,14 @@ first. Names are capped at MAX_NAME_CHARS and messages at MAX_MESSAGE_CHARS, the
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import re
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import Any
 
 import dagster as dg
 
@@ -36,10 +40,7 @@ from defusedxml.common import (
 )
 
 from nightly_assets.results import Outcome, TestCase, TestReport, node_id_of
-
-if TYPE_CHECKING:
-    # Only the type: parsing untrusted files always goes through defusedxml.
-    from xml.etree.ElementTree import Element
+from nightly_assets.testing.junit_values import LongValueCutter
 
 MAX_NAME_CHARS = 1000  # classname and name, each
 MAX_MESSAGE_CHARS = 8000
@@ -56,7 +57,9 @@ _SUITE_TAG = "testsuite"
 _CASE_TAG = "testcase"
 _ROOT_TAGS = (_SUITES_TAG, _SUITE_TAG)
 _FLAKY_TAGS = frozenset({"flakyFailure", "flakyError"})  # Surefire: failed, then passed on a rerun
+_DETAIL_TAGS = frozenset({"failure", "error", "skipped"})  # their message or text is read
 _RERUN_TAGS = frozenset({"rerunFailure", "rerunError"})  # Surefire: failed on every rerun too
+_RERUN_ALL_TAGS = _FLAKY_TAGS | _RERUN_TAGS
 # gtest: status="notrun" result="suppressed" (DISABLED_), result="skipped" (GTEST_SKIP);
 # CTest: status="notrun" / "disabled".
 _SKIPPED_STATUS = frozenset({"notrun", "disabled", "skipped"})
@@ -157,69 +160,45 @@ class JUnitStream:
         except OSError as exc:
             raise JUnitError(f"{self.path}: cannot read file: {exc.strerror}") from exc
         with source:
-            yield from self._walk(source)
+            yield from self._walk(LongValueCutter(source, TRUNCATED.encode()))
         if self.warnings > MAX_WARNINGS_PER_FILE:
             _log.warning(f"{self.path}: {self.warnings - MAX_WARNINGS_PER_FILE} more warnings not shown")
         self.duration_s = self._suite_seconds if self._suite_seconds is not None else self._case_seconds
 
-    def _walk(self, source: IO[bytes]) -> Iterator[TestCase]:
-        # Open elements, and whether each is a <testsuites>/<testsuite> whose <testcase>s count.
-        open_elements: list[Element] = []
-        containers: list[bool] = []
-        # Enclosing counted <testsuite>s: each one's qualifier ("label::outer::inner", capped),
-        # and how many of them carry each name (a suite named like its case is left out).
-        qualifiers: list[str] = [self.label]
-        suite_names: list[str] = []
-        names_open: Counter[str] = Counter()
-        case_depth = 0  # len(open_elements) when the current <testcase> opened, 0 outside one
-        index = 0
-        try:
-            for event, element in SafeET.iterparse(source, events=("start", "end")):
-                if event == "start":
-                    in_container = bool(containers) and containers[-1] and not case_depth
-                    if not open_elements and element.tag not in _ROOT_TAGS:
-                        raise _not_junit(self.path, element.tag)
-                    open_elements.append(element)
-                    tag = element.tag
-                    counted = (not containers or in_container) and tag in _ROOT_TAGS
-                    containers.append(counted)
-                    if counted and tag == _SUITE_TAG:
-                        name = element.get("name") or ""
-                        if not suite_names:
-                            self._outermost_suite(element, name)
-                        suite_names.append(name)
-                        names_open[name] += 1
-                        qualifiers.append(
-                            _cap(node_id_of(qualifiers[-1], name), MAX_NAME_CHARS) if name else qualifiers[-1]
-                        )
-                    elif in_container and tag == _CASE_TAG:
-                        case_depth = len(open_elements)
-                    continue
-                depth = len(open_elements)
-                open_elements.pop()
-                was_counted = containers.pop()
-                if case_depth and depth > case_depth:
-                    continue  # a child of the case: read when the case ends
-                if case_depth:
-                    case_depth = 0
-                    index += 1
-                    yield self._case(element, index, suite_names, names_open, qualifiers)
-                elif was_counted and element.tag == _SUITE_TAG:
-                    name = suite_names.pop()
-                    names_open[name] -= 1
-                    qualifiers.pop()
-                element.clear()
-                if open_elements:
-                    open_elements[-1].remove(element)
-        except SafeET.ParseError as exc:
-            raise self._parse_error(exc, seen_root=bool(open_elements) or index > 0) from exc
-        except DefusedXmlException as exc:
-            raise JUnitError(
-                f"{self.path}: forbidden XML construct ({_forbidden_construct(exc)}); "
-                "JUnit files must be plain XML"
-            ) from exc
+    def _walk(self, source: LongValueCutter) -> Iterator[TestCase]:
+        # A parser target, not iterparse: no Element per tag, no event queue (the same defusedxml
+        # parser and protections). Each chunk's finished cases are yielded before the next read.
+        target = _Target(self)
+        parser = SafeET.DefusedXMLParser(target=target)
+        # Straight from expat (ordered attributes: [name, value, ...]), past XMLParser's per-tag
+        # Python wrappers, a third of the time; defusedxml's own handlers stay as they are.
+        parser.parser.StartElementHandler = target.start
+        parser.parser.EndElementHandler = target.end
+        target.expat = parser.parser
+        target.expat.CharacterDataHandler = len  # a C no-op: text is read only inside a detail
+        while True:
+            chunk = source.read()
+            fault: Exception | None = None
+            try:
+                parser.feed(chunk) if chunk else parser.close()
+            except (SafeET.ParseError, DefusedXmlException) as exc:
+                fault = exc
+            if fault or not chunk:
+                target.flush()
+            yield from target.done  # the cases before a fault are kept
+            target.done.clear()
+            if isinstance(fault, SafeET.ParseError):
+                seen_root = bool(target.containers) or target.index > 0
+                raise self._parse_error(fault, seen_root) from fault
+            if isinstance(fault, DefusedXmlException):
+                raise JUnitError(
+                    f"{self.path}: forbidden XML construct ({_forbidden_construct(fault)}); "
+                    "JUnit files must be plain XML"
+                ) from fault
+            if not chunk:
+                return
 
-    def _outermost_suite(self, element: Element, name: str) -> None:
+    def _outermost_suite(self, element: Mapping[str, str], name: str) -> None:
         raw = element.get("time")
         if self._suite_seconds is None:
             return
@@ -230,39 +209,40 @@ class JUnitStream:
 
     def _case(
         self,
-        element: Element,
+        element: _Node,
         index: int,
         suite_names: list[str],
         names_open: Counter[str],
         qualifiers: list[str],
     ) -> TestCase:
-        raw_name = element.get("name") or ""
+        attrib = element.attrib
+        raw_name = attrib.get("name") or ""
         if raw_name:
-            name = _cap(raw_name, MAX_NAME_CHARS)
+            name = raw_name if len(raw_name) <= MAX_NAME_CHARS else _cap(raw_name, MAX_NAME_CHARS)
         else:
             name = f"<unnamed testcase #{index}>"
             self._warn(f"<testcase> #{index} has no 'name' attribute; recorded as {name!r}")
-        classname = element.get("classname") or ""
+        classname = attrib.get("classname") or ""
         if not classname or classname == raw_name:
-            if not names_open[raw_name]:
+            if not names_open.get(raw_name):
                 classname = qualifiers[-1]
             else:  # leave out the suites named like the case (Bazel's generated test.xml)
                 parts = [self.label, *(s for s in suite_names if s and s != raw_name)]
                 classname = "::".join(p for p in parts if p)
-        classname = self._classnames.setdefault(classname, _cap(classname, MAX_NAME_CHARS))
+        kept = self._classnames.get(classname)
+        if kept is None:
+            kept = self._classnames[classname] = _cap(classname, MAX_NAME_CHARS)
+        classname = kept
 
         failure = error = skipped = None
-        reruns = 0
-        for child in element:
+        for child in element.details:
             tag = child.tag
             if tag == "failure":
                 failure = child if failure is None else failure
             elif tag == "error":
                 error = child if error is None else error
-            elif tag == "skipped":
-                skipped = child if skipped is None else skipped
-            elif tag in _FLAKY_TAGS or tag in _RERUN_TAGS:
-                reruns += 1
+            elif skipped is None:
+                skipped = child
         outcome: Outcome
         detail = failure if failure is not None else error if error is not None else skipped
         if failure is not None:
@@ -271,22 +251,28 @@ class JUnitStream:
             outcome = "error"
         elif (
             skipped is not None
-            or element.get("status") in _SKIPPED_STATUS
-            or element.get("result") in _SKIPPED_RESULT
+            or attrib.get("status") in _SKIPPED_STATUS
+            or attrib.get("result") in _SKIPPED_RESULT
         ):
             outcome = "skipped"
         else:
             outcome = "passed"
         message = None
         if detail is not None:
-            text = detail.get("message") or (detail.text or "").strip()
+            text = detail.attrib.get("message") or (detail.text or "").strip()
             if text == PYTEST_COLLECTION_FAILURE:
                 text = f"{text}: {collection_cause(detail.text or '')}"
             message = _cap(text, MAX_MESSAGE_CHARS) if text else None
-        raw_time = element.get("time")
+        raw_time = attrib.get("time")
         seconds = 0.0
         if raw_time is not None:
-            seconds = self._seconds(raw_time, f"<testcase> {node_id_of(classname, name)!r}")
+            cached = self._seconds_cache.get(raw_time)
+            # The owner's name is built only for a time not seen before (it may be warned about).
+            seconds = (
+                cached
+                if cached is not None
+                else self._seconds(raw_time, f"<testcase> {node_id_of(classname, name)!r}")
+            )
         self._case_seconds += seconds
         return TestCase(
             classname=classname,
@@ -294,7 +280,7 @@ class JUnitStream:
             outcome=outcome,
             duration_s=seconds,
             message=message,
-            attempts=max(self.attempts, 1 + reruns),
+            attempts=self.attempts if self.attempts > element.reruns else 1 + element.reruns,
         )
 
     def _seconds(self, raw: str, owner: str) -> float:
@@ -336,6 +322,139 @@ class JUnitStream:
         line, column = exc.position
         reason = _ERROR_POSITION.sub("", str(exc))
         return JUnitError(f"{self.path}: malformed XML at line {line}, column {column}: {reason}")
+
+
+class _Node:
+    """A <testcase> (its <failure>/<error>/<skipped> children in `details`, its Surefire reruns
+    counted), or one of those details (with its leading text): what `_case` reads."""
+
+    __slots__ = ("attrib", "details", "reruns", "tag", "text")
+
+    def __init__(self, tag: str, attrib: dict[str, str]) -> None:
+        self.tag = tag
+        self.attrib = attrib
+        self.text: str | None = None
+        self.details: list[_Node] = []
+        self.reruns = 0
+
+
+class _Target:
+    """The parser's target: follows the suites, keeps the open <testcase> and its direct children
+    (and the leading text of its <failure>/<error>/<skipped>), and turns each finished case into a
+    TestCase in `done`. Nothing else of the document is kept."""
+
+    def __init__(self, stream: JUnitStream) -> None:
+        self.stream = stream
+        self.done: list[TestCase] = []
+        self.index = 0  # cases finished
+        # Per open element: whether it is a <testsuites>/<testsuite> whose <testcase>s count.
+        self.containers: list[bool] = []
+        # Enclosing counted <testsuite>s: each one's qualifier ("label::outer::inner", capped),
+        # and how many of them carry each name (a suite named like its case is left out).
+        self.qualifiers: list[str] = [stream.label]
+        self.suite_names: list[str] = []
+        self.names_open: Counter[str] = Counter()
+        self.case: _Node | None = None
+        self.inner = 0  # elements open inside the current <testcase>
+        self.text_of: _Node | None = None  # the case's child whose leading text is being read
+        self.parts: list[str] = []
+        self.expat: Any = None  # pyexpat's parser: text is handed to `data` only while it counts
+        # The last case, held back until the next one shows it was not retried (see `end`), and
+        # the count of suites opened when it was read (a retry is in the same suite).
+        self.held: TestCase | None = None
+        self.held_suite = 0
+        self.suites_opened = 0
+
+    def flush(self) -> None:
+        """The held case is final: the document ended or broke off."""
+        if self.held is not None:
+            self.done.append(self.held)
+            self.held = None
+
+    def start(self, tag: str, attributes: list[str]) -> None:
+        # The hottest code here (several calls per case): names inlined, no helper calls.
+        containers = self.containers
+        case = self.case
+        if case is not None:
+            inner = self.inner
+            self.inner = inner + 1
+            if not inner:
+                if "}" in tag:
+                    tag = "{" + tag
+                if tag in _DETAIL_TAGS:
+                    self.text_of = child = _Node(
+                        tag, dict(zip(attributes[::2], attributes[1::2], strict=True))
+                    )
+                    case.details.append(child)
+                    self.expat.CharacterDataHandler = self.data
+                elif tag in _RERUN_ALL_TAGS:
+                    case.reruns += 1
+            elif inner == 1 and self.text_of is not None:
+                self._end_text()  # .text is what comes before the detail's first child
+            return
+        if "}" in tag:
+            tag = "{" + tag
+        if not containers and tag not in _ROOT_TAGS:
+            raise _not_junit(self.stream.path, tag)
+        in_container = bool(containers) and containers[-1]
+        counted = (not containers or in_container) and tag in _ROOT_TAGS
+        containers.append(counted)
+        if counted and tag == _SUITE_TAG:
+            self.suites_opened += 1
+            attrib = dict(zip(attributes[::2], attributes[1::2], strict=True))
+            name = attrib.get("name") or ""
+            if not self.suite_names:
+                self.stream._outermost_suite(attrib, name)
+            self.suite_names.append(name)
+            self.names_open[name] += 1
+            qualifier = self.qualifiers[-1]
+            self.qualifiers.append(_cap(node_id_of(qualifier, name), MAX_NAME_CHARS) if name else qualifier)
+        elif in_container and tag == _CASE_TAG:
+            self.case = _Node(tag, dict(zip(attributes[::2], attributes[1::2], strict=True)))
+
+    def end(self, tag: str) -> None:
+        if self.case is not None:
+            inner = self.inner
+            if inner:
+                self.inner = inner - 1
+                if inner == 1 and self.text_of is not None:
+                    self._end_text()
+                return
+            self.containers.pop()
+            self.index += 1
+            case = self.stream._case(
+                self.case, self.index, self.suite_names, self.names_open, self.qualifiers
+            )
+            self.case = None
+            held = self.held
+            if (
+                held is not None
+                and self.held_suite == self.suites_opened
+                and held.name == case.name
+                and held.classname == case.classname
+            ):
+                # Xcode writes a retried test as the same <testcase> again, right after the last
+                # try: one test whose attempts are the tries and whose outcome is the last one's.
+                case = dataclasses.replace(
+                    case, attempts=held.attempts + case.attempts, duration_s=held.duration_s + case.duration_s
+                )
+            elif held is not None:
+                self.done.append(held)
+            self.held, self.held_suite = case, self.suites_opened
+        elif self.containers.pop() and tag == _SUITE_TAG:  # (a counted one has no namespace)
+            self.names_open[self.suite_names.pop()] -= 1
+            self.qualifiers.pop()
+
+    def data(self, text: str) -> None:
+        if self.text_of is not None:
+            self.parts.append(text)
+
+    def _end_text(self) -> None:
+        if self.text_of is not None:
+            self.text_of.text = "".join(self.parts) if self.parts else None
+            self.text_of = None
+            self.parts.clear()
+            self.expat.CharacterDataHandler = len
 
 
 def parse_collect_only(output: str, suite: str, runner: str = "local") -> TestReport:
