@@ -15,32 +15,14 @@ import warnings
 from collections.abc import Iterator
 from importlib import resources as package_files
 from pathlib import Path
-from typing import Any
-
-import dagster as dg
-import pydantic
+from typing import TYPE_CHECKING, Any
 
 from nightly_assets import history_cli
-from nightly_assets.artefacts.serve import serve_artefacts
-from nightly_assets.builds.resources import INDEX_URL_VAR, WHEELHOUSE_VAR
-from nightly_assets.builds.toolchain import MissingToolError
-from nightly_assets.builds.wheelhouse import WheelhouseError, ensure_wheelhouse, home_wheelhouse
-from nightly_assets.catalog.loader import CatalogError, catalog_dir, load_catalog
-from nightly_assets.catalog.models import Catalog, Pipeline
-from nightly_assets.culprits.checks import culprit_line
-from nightly_assets.culprits.sensors import culprit_job_name
-from nightly_assets.night import execute_partition, run_night
-from nightly_assets.pipelines import nightly_job_name
-from nightly_assets.reporting.alerts import record_sent
-from nightly_assets.reporting.follow_up import follow_up_run
-from nightly_assets.reporting.summary import night_summary
-from nightly_assets.resources import local_package_sources, resources_for
-from nightly_assets.results import NightKey
-from nightly_assets.settings import env_var_names, nightly_env, nightly_home
-from nightly_assets.warehouse import connection as warehouse_connection
-from nightly_assets.warehouse import store as warehouse_store
-from nightly_assets.warehouse.resources import WarehouseResource
-from nightly_assets.warehouse.store import WarehouseError
+
+if TYPE_CHECKING:  # the modules behind a command are imported by that command: `--help` answers at once
+    import dagster as dg
+
+    from nightly_assets.catalog.models import Catalog, Pipeline
 
 # The instance config `nightly init` writes into DAGSTER_HOME, shipped in the package (the repo root's
 # dagster.yaml links to it): an install from the wheel has it without the repository.
@@ -48,8 +30,6 @@ PACKAGED_DAGSTER_YAML = package_files.files("nightly_assets") / "instance" / "da
 
 
 def main(argv: list[str] | None = None) -> int:
-    for category in (dg.BetaWarning, dg.PreviewWarning):  # notes for Dagster's developers, not ours
-        warnings.filterwarnings("ignore", category=category)
     parser = argparse.ArgumentParser(prog="nightly", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="materialize one night of a pipeline, target by target")
@@ -79,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         code = _command(args)
         sys.stdout.flush()  # here, where a reader that has gone is caught, not at exit
         return code
-    except (CatalogError, UsageError, WarehouseError, SettingsError, history_cli.TargetError) as exc:
+    except _user_errors() as exc:  # evaluated only when something was raised
         print(f"nightly: {exc}", file=sys.stderr)
         return 2
     except BrokenPipeError:
@@ -92,12 +72,29 @@ def main(argv: list[str] | None = None) -> int:
         return INTERRUPTED
 
 
+def _user_errors() -> tuple[type[Exception], ...]:
+    """The errors that are the user's to fix: one line and exit 2, no traceback."""
+    from nightly_assets.catalog.loader import CatalogError
+    from nightly_assets.warehouse.store import WarehouseError
+
+    return (CatalogError, UsageError, WarehouseError, SettingsError, history_cli.TargetError)
+
+
 def _command(args: argparse.Namespace) -> int:
     """Run the parsed command; its exit status."""
+    import dagster as dg  # the catalog's stage kinds import it anyway
+
+    from nightly_assets.catalog.loader import load_catalog
+    from nightly_assets.settings import nightly_home
+
+    for category in (dg.BetaWarning, dg.PreviewWarning):  # notes for Dagster's developers, not ours
+        warnings.filterwarnings("ignore", category=category)
     catalog = load_catalog()
     if args.command == "init":
         return _init(catalog)
     if args.command == "serve":
+        from nightly_assets.artefacts.serve import serve_artefacts
+
         return serve_artefacts(nightly_home() / "artefacts", args.host, args.port)
     if args.command == "run":
         return _run(catalog, args.pipeline, args.night, args.target)
@@ -117,14 +114,14 @@ class SettingsError(ValueError):
 
 
 @contextlib.contextmanager
-def _resources(warehouse_retry_s: float | None = None) -> Iterator[Any]:
-    """The code location's resources as a run sees them: EnvVars resolved, nested resources built.
-    `warehouse_retry_s` shortens how long the warehouse is retried (a person is waiting)."""
+def _resources() -> Iterator[Any]:
+    """The code location's resources as a run sees them: EnvVars resolved, nested resources built."""
+    import dagster as dg
+
+    from nightly_assets.resources import resources_for
+    from nightly_assets.settings import env_var_names, nightly_env, nightly_home
+
     definitions = resources_for(nightly_env(), nightly_home())
-    if warehouse_retry_s is not None:
-        definitions["warehouse"] = WarehouseResource(
-            url=definitions["warehouse"].url, retry_s=f"{warehouse_retry_s:g}"
-        )
     unset = sorted(name for name in env_var_names(definitions) if not os.environ.get(name))
     if unset:
         raise SettingsError(f"resources ({nightly_env()}): {_unset_message(unset)}")
@@ -138,6 +135,24 @@ def _resources(warehouse_retry_s: float | None = None) -> Iterator[Any]:
         if not isinstance(exc.__cause__, ValueError):
             raise
         raise SettingsError(f"resources ({nightly_env()}): {_value_error(exc.__cause__)}") from None
+
+
+@contextlib.contextmanager
+def _warehouse() -> Iterator[Any]:
+    """The warehouse alone, for a person waiting on a query (`status`, `tests`): the other resources
+    and their SDKs are not loaded, and a lost connection is retried for STATUS_RETRY_S only. The URL
+    is chosen as `resources_for` chooses it."""
+    from nightly_assets.settings import WAREHOUSE_URL_VAR, local_warehouse_url, nightly_env, nightly_home
+    from nightly_assets.warehouse.store import Warehouse
+
+    url = os.environ.get(WAREHOUSE_URL_VAR)
+    if not url and nightly_env() == "prod":
+        raise SettingsError(f"warehouse (prod): {_unset_message([WAREHOUSE_URL_VAR])}")
+    store = Warehouse(url or local_warehouse_url(nightly_home()), retry_s=STATUS_RETRY_S)
+    try:
+        yield store
+    finally:
+        store.dispose()
 
 
 def _unset_message(names: list[str]) -> str:
@@ -157,6 +172,8 @@ def _config_error(exc: dg.DagsterInvalidConfigError) -> str:
 
 def _value_error(exc: ValueError) -> str:
     """One line: `Resource: field: message` for each field pydantic refused, or the message."""
+    import pydantic
+
     if isinstance(exc, pydantic.ValidationError):
         fields = (
             f"{'.'.join(map(str, e['loc']))}: {e['msg'].removeprefix('Value error, ')}" for e in exc.errors()
@@ -177,6 +194,8 @@ class UsageError(ValueError):
 
 def instance(catalog: Catalog) -> dg.DagsterInstance:
     """The instance under DAGSTER_HOME (default ./.dagster_home), with the packaged dagster.yaml and pools."""
+    import dagster as dg
+
     write_instance_config()
     inst = dg.DagsterInstance.get()
     for pool, limit in catalog.pools.items():
@@ -200,6 +219,12 @@ def write_instance_config() -> tuple[Path, bool]:
 def _init(catalog: Catalog) -> int:
     """Set up this host: the instance config and pool limits, and in local mode the wheelhouse offline
     builds take their backends and test tools from. Says what it wrote and what it kept."""
+    from nightly_assets.builds.resources import INDEX_URL_VAR, WHEELHOUSE_VAR
+    from nightly_assets.builds.toolchain import MissingToolError
+    from nightly_assets.builds.wheelhouse import WheelhouseError, ensure_wheelhouse, home_wheelhouse
+    from nightly_assets.resources import local_package_sources
+    from nightly_assets.settings import nightly_env, nightly_home
+
     config, written = write_instance_config()
     print(
         f"{config}: written from the packaged instance config"
@@ -236,7 +261,14 @@ def _run(catalog: Catalog, name: str, night_text: str, target: str | None) -> in
     pipeline = _pipeline(catalog, name)
     night = _night(pipeline, night_text)
     targets = _targets(pipeline, target)
+    from nightly_assets.catalog.loader import catalog_dir
     from nightly_assets.definitions import build_definitions  # loads the whole graph: only when running
+    from nightly_assets.night import run_night
+    from nightly_assets.pipelines import nightly_job_name
+    from nightly_assets.reporting.summary import night_summary
+    from nightly_assets.resources import resources_for
+    from nightly_assets.results import NightKey
+    from nightly_assets.settings import nightly_env, nightly_home
 
     defs = build_definitions(catalog_dir())
     inst = instance(catalog)
@@ -277,7 +309,14 @@ def _culprits(catalog: Catalog, name: str, night_text: str, target: str | None) 
         raise UsageError(f"pipeline '{name}' has no culprit_search stage (see the README's Culprit search)")
     night = _night(pipeline, night_text)
     targets = _targets(pipeline, target)
+    from nightly_assets.catalog.loader import catalog_dir
+    from nightly_assets.culprits.checks import culprit_line
+    from nightly_assets.culprits.sensors import culprit_job_name
     from nightly_assets.definitions import build_definitions
+    from nightly_assets.night import execute_partition
+    from nightly_assets.reporting.alerts import record_sent
+    from nightly_assets.reporting.follow_up import follow_up_run
+    from nightly_assets.results import NightKey
 
     defs = build_definitions(catalog_dir())
     inst = instance(catalog)
@@ -315,8 +354,8 @@ def _say(line: str) -> None:
 def _status(catalog: Catalog, only: str | None, as_json: bool) -> int:
     pipelines = [_pipeline(catalog, only)] if only else list(catalog.pipelines.values())
     _quiet_warehouse_logs()
-    with _resources(warehouse_retry_s=STATUS_RETRY_S) as resources:
-        rows = _status_rows(resources.warehouse.store(), pipelines)
+    with _warehouse() as store:
+        rows = _status_rows(store, pipelines)
     if as_json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -352,6 +391,9 @@ def _status(catalog: Catalog, only: str | None, as_json: bool) -> int:
 def _quiet_warehouse_logs() -> None:
     """Each warehouse retry and schema upgrade is logged (a run shows them as it goes); for a
     person waiting on a query the error is one line."""
+    from nightly_assets.warehouse import connection as warehouse_connection
+    from nightly_assets.warehouse import store as warehouse_store
+
     for module in (warehouse_store, warehouse_connection):
         logging.getLogger(module.__name__).setLevel(logging.ERROR)
 
@@ -359,8 +401,8 @@ def _quiet_warehouse_logs() -> None:
 def _tests(catalog: Catalog, args: argparse.Namespace) -> int:
     pipeline = _pipeline(catalog, args.pipeline)
     _quiet_warehouse_logs()
-    with _resources(warehouse_retry_s=STATUS_RETRY_S) as resources:
-        return history_cli.run(resources.warehouse.store(), pipeline, args, _any_night)
+    with _warehouse() as store:
+        return history_cli.run(store, pipeline, args, _any_night)
 
 
 def _any_night(pipeline: Pipeline, text: str) -> dt.date:

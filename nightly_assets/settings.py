@@ -27,6 +27,14 @@ def nightly_home() -> Path:
     return Path(os.environ.get("NIGHTLY_HOME", Path.cwd() / ".nightly")).resolve()
 
 
+WAREHOUSE_URL_VAR = "NIGHTLY_WAREHOUSE_URL"
+
+
+def local_warehouse_url(home: Path) -> str:
+    """The SQLite warehouse of local mode with no NIGHTLY_WAREHOUSE_URL."""
+    return f"sqlite:///{home / 'warehouse.sqlite'}"
+
+
 def env_var_names(config: object) -> set[str]:
     """Every variable a Dagster config reads through `{env: NAME}`: in resources (`dg.EnvVar`
     fields, nested resources included) or in an instance's YAML (mappings and lists)."""
