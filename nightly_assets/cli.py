@@ -15,7 +15,7 @@ import warnings
 from collections.abc import Iterator
 from importlib import resources as package_files
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 from nightly_assets import history_cli
 
@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # the modules behind a command are imported by that command: 
     import dagster as dg
 
     from nightly_assets.catalog.models import Catalog, Pipeline
+    from nightly_assets.catalog.outline import CatalogOutline, PipelineOutline
 
 # The instance config `nightly init` writes into DAGSTER_HOME, shipped in the package (the repo root's
 # dagster.yaml links to it): an install from the wheel has it without the repository.
@@ -59,9 +60,6 @@ def main(argv: list[str] | None = None) -> int:
         code = _command(args)
         sys.stdout.flush()  # here, where a reader that has gone is caught, not at exit
         return code
-    except _user_errors() as exc:  # evaluated only when something was raised
-        print(f"nightly: {exc}", file=sys.stderr)
-        return 2
     except BrokenPipeError:
         # The reader stopped early (`nightly status | head`): it has what it asked for. What is
         # still buffered has nowhere to go; flushing it at exit would raise again.
@@ -70,6 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("nightly: interrupted", file=sys.stderr)
         return INTERRUPTED
+    except _user_errors() as exc:  # evaluated only when something else was raised
+        print(f"nightly: {exc}", file=sys.stderr)
+        return 2
 
 
 def _user_errors() -> tuple[type[Exception], ...]:
@@ -82,6 +83,11 @@ def _user_errors() -> tuple[type[Exception], ...]:
 
 def _command(args: argparse.Namespace) -> int:
     """Run the parsed command; its exit status."""
+    if args.command in ("status", "tests"):  # questions to the warehouse: no dagster, no resources
+        outline = _catalog_outline()
+        if args.command == "tests":
+            return _tests(outline, args)
+        return _status(outline, args.pipeline, args.json)
     import dagster as dg  # the catalog's stage kinds import it anyway
 
     from nightly_assets.catalog.loader import load_catalog
@@ -98,11 +104,20 @@ def _command(args: argparse.Namespace) -> int:
         return serve_artefacts(nightly_home() / "artefacts", args.host, args.port)
     if args.command == "run":
         return _run(catalog, args.pipeline, args.night, args.target)
-    if args.command == "tests":
-        return _tests(catalog, args)
-    if args.command == "culprits":
-        return _culprits(catalog, args.pipeline, args.night, args.target)
-    return _status(catalog, args.pipeline, args.json)
+    return _culprits(catalog, args.pipeline, args.night, args.target)
+
+
+def _catalog_outline() -> CatalogOutline | Catalog:
+    """The pipelines' names, titles, targets and stages, read plainly; the validated catalog where
+    the plain read cannot tell (it then says what is wrong)."""
+    from nightly_assets.catalog.outline import load_outline
+
+    outline = load_outline()
+    if outline is not None:
+        return outline
+    from nightly_assets.catalog.loader import load_catalog
+
+    return load_catalog()
 
 
 INTERRUPTED = 130  # 128 + SIGINT, for Ctrl-C and SIGTERM alike
@@ -351,8 +366,10 @@ def _say(line: str) -> None:
     print(f"  {line}", flush=True)
 
 
-def _status(catalog: Catalog, only: str | None, as_json: bool) -> int:
-    pipelines = [_pipeline(catalog, only)] if only else list(catalog.pipelines.values())
+def _status(catalog: Catalog | CatalogOutline, only: str | None, as_json: bool) -> int:
+    pipelines: list[Pipeline | PipelineOutline] = (
+        [_pipeline(catalog, only)] if only else list(catalog.pipelines.values())
+    )
     _quiet_warehouse_logs()
     with _warehouse() as store:
         rows = _status_rows(store, pipelines)
@@ -398,14 +415,14 @@ def _quiet_warehouse_logs() -> None:
         logging.getLogger(module.__name__).setLevel(logging.ERROR)
 
 
-def _tests(catalog: Catalog, args: argparse.Namespace) -> int:
+def _tests(catalog: Catalog | CatalogOutline, args: argparse.Namespace) -> int:
     pipeline = _pipeline(catalog, args.pipeline)
     _quiet_warehouse_logs()
     with _warehouse() as store:
         return history_cli.run(store, pipeline, args, _any_night)
 
 
-def _any_night(pipeline: Pipeline, text: str) -> dt.date:
+def _any_night(pipeline: Pipeline | PipelineOutline, text: str) -> dt.date:
     """A --night as a date, any date: one to look up may still be running."""
     try:
         if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
@@ -415,7 +432,7 @@ def _any_night(pipeline: Pipeline, text: str) -> dt.date:
         raise UsageError(f"--night {text!r}: expected a date as YYYY-MM-DD") from None
 
 
-def _status_rows(store: Any, pipelines: list[Pipeline]) -> list[dict[str, Any]]:
+def _status_rows(store: Any, pipelines: list[Pipeline | PipelineOutline]) -> list[dict[str, Any]]:
     """One row per night x target, newest first: a bounded number of warehouse queries (the
     store's `night_overviews`), however many nights there are."""
     stages_of = {p.name: p.stages for p in pipelines}
@@ -451,7 +468,12 @@ def _status_rows(store: Any, pipelines: list[Pipeline]) -> list[dict[str, Any]]:
 _MARKS = {"success": "+", "failure": "x", "skipped": "-", "running": "~", "cancelled": "c"}
 
 
-def _pipeline(catalog: Catalog, name: str) -> Pipeline:
+@overload
+def _pipeline(catalog: Catalog, name: str) -> Pipeline: ...
+@overload
+def _pipeline(catalog: CatalogOutline, name: str) -> PipelineOutline: ...
+def _pipeline(catalog: Catalog | CatalogOutline, name: str) -> Pipeline | PipelineOutline:
+    """The pipeline `name` of a catalog or its outline."""
     if name not in catalog.pipelines:
         raise UsageError(
             f"unknown pipeline {name!r}; the catalog has: {', '.join(sorted(catalog.pipelines))}"

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # `nightly --help` builds this parser: what answers a question is imported by `run`
     from nightly_assets.catalog.models import Pipeline
+    from nightly_assets.catalog.outline import PipelineOutline
     from nightly_assets.results import NightKey
     from nightly_assets.warehouse.history import PassRate, TestRun
     from nightly_assets.warehouse.rows import Regression, TestVerdict
@@ -56,7 +57,10 @@ def add_parser(sub: Any) -> None:
 
 
 def run(
-    store: Warehouse, pipeline: Pipeline, args: argparse.Namespace, night: Callable[[Pipeline, str], dt.date]
+    store: Warehouse,
+    pipeline: Pipeline | PipelineOutline,
+    args: argparse.Namespace,
+    night: Callable[[Pipeline | PipelineOutline, str], dt.date],
 ) -> int:
     """Answer `args.action` from the warehouse `store`; `night` parses a --night value."""
     from nightly_assets.results import NightKey
@@ -81,7 +85,7 @@ def run(
     return 0
 
 
-def _target(pipeline: Pipeline, name: str | None) -> str:
+def _target(pipeline: Pipeline | PipelineOutline, name: str | None) -> str:
     names = [t.name for t in pipeline.targets]
     if name is None and len(names) == 1:
         return names[0]

@@ -10,9 +10,11 @@ import pytest
 
 # What `--help` must not load: the orchestrator and every SDK behind a resource.
 HEAVY = ("dagster", "sqlalchemy", "google.cloud", "kubernetes", "docker", "paramiko", "pydantic")
-# What a query (`status`, `tests`) must not load: the code location and the cloud SDKs of
-# resources it does not use (the TPU API client, GCS, BigQuery).
+# What a query (`status`, `tests`) must not load: dagster, the stage kinds the validated catalog
+# imports, the code location, and the SDKs of resources it does not use.
 NOT_FOR_QUERIES = (
+    "dagster",
+    "nightly_assets.stage_kinds",
     "nightly_assets.definitions",
     "nightly_assets.resources",
     "google.cloud.tpu_v2",
@@ -78,3 +80,37 @@ def test_a_gcs_bucket_loads_dagster_gcp_only_where_set(env):
     assert (without.stdout.strip(), with_bucket.stdout.strip()) == ("False", "True"), (
         without.stderr + with_bucket.stderr
     )
+
+
+def test_the_outline_names_what_the_validated_catalog_names():
+    """`status` and `tests` read the outline: every shipped pipeline's name, title, targets and
+    stages (in order) are the validated catalog's."""
+    from nightly_assets.catalog.loader import load_catalog
+    from nightly_assets.catalog.outline import load_outline
+
+    catalog, outline = load_catalog(), load_outline()
+    assert outline is not None
+    assert list(outline.pipelines) == list(catalog.pipelines)
+    for name, pipeline in catalog.pipelines.items():
+        plain = outline.pipelines[name]
+        assert (plain.title, [t.name for t in plain.targets], [s.name for s in plain.stages]) == (
+            pipeline.title,
+            [t.name for t in pipeline.targets],
+            [s.name for s in pipeline.stages],
+        )
+
+
+def test_a_catalog_the_outline_cannot_read_is_told_as_the_loader_tells_it(env, tmp_path):
+    from nightly_assets_tests.catalog_files import copy_catalog
+
+    catalog = copy_catalog(tmp_path / "catalog")
+    (catalog / "demo" / "defs.yaml").write_text("type: [unclosed\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "nightly_assets.cli", "status"],
+        env={**env, "NIGHTLY_CATALOG_DIR": str(catalog)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"nightly: {catalog / 'demo' / 'defs.yaml'}: not valid YAML"), done.stderr
