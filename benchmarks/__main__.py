@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 from benchmarks import (
     bazel_cache,
+    cli_startup,
     definitions_load,
     environment_reuse,
     flaky_detection,
@@ -20,6 +21,7 @@ from benchmarks import (
 
 BENCHMARKS: dict[str, Callable[[], dict[str, float]]] = {
     "definitions_load": definitions_load.main,
+    "cli_startup": cli_startup.main,
     "night_overhead": night_overhead.main,
     "image_cache": image_cache.main,
     "tpu_overhead": tpu_overhead.main,

@@ -15,32 +15,15 @@ import warnings
 from collections.abc import Iterator
 from importlib import resources as package_files
 from pathlib import Path
-from typing import Any
-
-import dagster as dg
-import pydantic
+from typing import TYPE_CHECKING, Any, overload
 
 from nightly_assets import history_cli
-from nightly_assets.artefacts.serve import serve_artefacts
-from nightly_assets.builds.resources import INDEX_URL_VAR, WHEELHOUSE_VAR
-from nightly_assets.builds.toolchain import MissingToolError
-from nightly_assets.builds.wheelhouse import WheelhouseError, ensure_wheelhouse, home_wheelhouse
-from nightly_assets.catalog.loader import CatalogError, catalog_dir, load_catalog
-from nightly_assets.catalog.models import Catalog, Pipeline
-from nightly_assets.culprits.checks import culprit_line
-from nightly_assets.culprits.sensors import culprit_job_name
-from nightly_assets.night import execute_partition, run_night
-from nightly_assets.pipelines import nightly_job_name
-from nightly_assets.reporting.alerts import record_sent
-from nightly_assets.reporting.follow_up import follow_up_run
-from nightly_assets.reporting.summary import night_summary
-from nightly_assets.resources import local_package_sources, resources_for
-from nightly_assets.results import NightKey
-from nightly_assets.settings import env_var_names, nightly_env, nightly_home
-from nightly_assets.warehouse import connection as warehouse_connection
-from nightly_assets.warehouse import store as warehouse_store
-from nightly_assets.warehouse.resources import WarehouseResource
-from nightly_assets.warehouse.store import WarehouseError
+
+if TYPE_CHECKING:  # the modules behind a command are imported by that command: `--help` answers at once
+    import dagster as dg
+
+    from nightly_assets.catalog.models import Catalog, Pipeline
+    from nightly_assets.catalog.outline import CatalogOutline, PipelineOutline
 
 # The instance config `nightly init` writes into DAGSTER_HOME, shipped in the package (the repo root's
 # dagster.yaml links to it): an install from the wheel has it without the repository.
@@ -48,8 +31,6 @@ PACKAGED_DAGSTER_YAML = package_files.files("nightly_assets") / "instance" / "da
 
 
 def main(argv: list[str] | None = None) -> int:
-    for category in (dg.BetaWarning, dg.PreviewWarning):  # notes for Dagster's developers, not ours
-        warnings.filterwarnings("ignore", category=category)
     parser = argparse.ArgumentParser(prog="nightly", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="materialize one night of a pipeline, target by target")
@@ -79,9 +60,6 @@ def main(argv: list[str] | None = None) -> int:
         code = _command(args)
         sys.stdout.flush()  # here, where a reader that has gone is caught, not at exit
         return code
-    except (CatalogError, UsageError, WarehouseError, SettingsError, history_cli.TargetError) as exc:
-        print(f"nightly: {exc}", file=sys.stderr)
-        return 2
     except BrokenPipeError:
         # The reader stopped early (`nightly status | head`): it has what it asked for. What is
         # still buffered has nowhere to go; flushing it at exit would raise again.
@@ -90,22 +68,56 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("nightly: interrupted", file=sys.stderr)
         return INTERRUPTED
+    except _user_errors() as exc:  # evaluated only when something else was raised
+        print(f"nightly: {exc}", file=sys.stderr)
+        return 2
+
+
+def _user_errors() -> tuple[type[Exception], ...]:
+    """The errors that are the user's to fix: one line and exit 2, no traceback."""
+    from nightly_assets.catalog.loader import CatalogError
+    from nightly_assets.warehouse.store import WarehouseError
+
+    return (CatalogError, UsageError, WarehouseError, SettingsError, history_cli.TargetError)
 
 
 def _command(args: argparse.Namespace) -> int:
     """Run the parsed command; its exit status."""
+    if args.command in ("status", "tests"):  # questions to the warehouse: no dagster, no resources
+        outline = _catalog_outline()
+        if args.command == "tests":
+            return _tests(outline, args)
+        return _status(outline, args.pipeline, args.json)
+    import dagster as dg  # the catalog's stage kinds import it anyway
+
+    from nightly_assets.catalog.loader import load_catalog
+    from nightly_assets.settings import nightly_home
+
+    for category in (dg.BetaWarning, dg.PreviewWarning):  # notes for Dagster's developers, not ours
+        warnings.filterwarnings("ignore", category=category)
     catalog = load_catalog()
     if args.command == "init":
         return _init(catalog)
     if args.command == "serve":
+        from nightly_assets.artefacts.serve import serve_artefacts
+
         return serve_artefacts(nightly_home() / "artefacts", args.host, args.port)
     if args.command == "run":
         return _run(catalog, args.pipeline, args.night, args.target)
-    if args.command == "tests":
-        return _tests(catalog, args)
-    if args.command == "culprits":
-        return _culprits(catalog, args.pipeline, args.night, args.target)
-    return _status(catalog, args.pipeline, args.json)
+    return _culprits(catalog, args.pipeline, args.night, args.target)
+
+
+def _catalog_outline() -> CatalogOutline | Catalog:
+    """The pipelines' names, titles, targets and stages, read plainly; the validated catalog where
+    the plain read cannot tell (it then says what is wrong)."""
+    from nightly_assets.catalog.outline import load_outline
+
+    outline = load_outline()
+    if outline is not None:
+        return outline
+    from nightly_assets.catalog.loader import load_catalog
+
+    return load_catalog()
 
 
 INTERRUPTED = 130  # 128 + SIGINT, for Ctrl-C and SIGTERM alike
@@ -117,14 +129,14 @@ class SettingsError(ValueError):
 
 
 @contextlib.contextmanager
-def _resources(warehouse_retry_s: float | None = None) -> Iterator[Any]:
-    """The code location's resources as a run sees them: EnvVars resolved, nested resources built.
-    `warehouse_retry_s` shortens how long the warehouse is retried (a person is waiting)."""
+def _resources() -> Iterator[Any]:
+    """The code location's resources as a run sees them: EnvVars resolved, nested resources built."""
+    import dagster as dg
+
+    from nightly_assets.resources import resources_for
+    from nightly_assets.settings import env_var_names, nightly_env, nightly_home
+
     definitions = resources_for(nightly_env(), nightly_home())
-    if warehouse_retry_s is not None:
-        definitions["warehouse"] = WarehouseResource(
-            url=definitions["warehouse"].url, retry_s=f"{warehouse_retry_s:g}"
-        )
     unset = sorted(name for name in env_var_names(definitions) if not os.environ.get(name))
     if unset:
         raise SettingsError(f"resources ({nightly_env()}): {_unset_message(unset)}")
@@ -138,6 +150,24 @@ def _resources(warehouse_retry_s: float | None = None) -> Iterator[Any]:
         if not isinstance(exc.__cause__, ValueError):
             raise
         raise SettingsError(f"resources ({nightly_env()}): {_value_error(exc.__cause__)}") from None
+
+
+@contextlib.contextmanager
+def _warehouse() -> Iterator[Any]:
+    """The warehouse alone, for a person waiting on a query (`status`, `tests`): the other resources
+    and their SDKs are not loaded, and a lost connection is retried for STATUS_RETRY_S only. The URL
+    is chosen as `resources_for` chooses it."""
+    from nightly_assets.settings import WAREHOUSE_URL_VAR, local_warehouse_url, nightly_env, nightly_home
+    from nightly_assets.warehouse.store import Warehouse
+
+    url = os.environ.get(WAREHOUSE_URL_VAR)
+    if not url and nightly_env() == "prod":
+        raise SettingsError(f"warehouse (prod): {_unset_message([WAREHOUSE_URL_VAR])}")
+    store = Warehouse(url or local_warehouse_url(nightly_home()), retry_s=STATUS_RETRY_S)
+    try:
+        yield store
+    finally:
+        store.dispose()
 
 
 def _unset_message(names: list[str]) -> str:
@@ -157,6 +187,8 @@ def _config_error(exc: dg.DagsterInvalidConfigError) -> str:
 
 def _value_error(exc: ValueError) -> str:
     """One line: `Resource: field: message` for each field pydantic refused, or the message."""
+    import pydantic
+
     if isinstance(exc, pydantic.ValidationError):
         fields = (
             f"{'.'.join(map(str, e['loc']))}: {e['msg'].removeprefix('Value error, ')}" for e in exc.errors()
@@ -177,6 +209,8 @@ class UsageError(ValueError):
 
 def instance(catalog: Catalog) -> dg.DagsterInstance:
     """The instance under DAGSTER_HOME (default ./.dagster_home), with the packaged dagster.yaml and pools."""
+    import dagster as dg
+
     write_instance_config()
     inst = dg.DagsterInstance.get()
     for pool, limit in catalog.pools.items():
@@ -200,6 +234,12 @@ def write_instance_config() -> tuple[Path, bool]:
 def _init(catalog: Catalog) -> int:
     """Set up this host: the instance config and pool limits, and in local mode the wheelhouse offline
     builds take their backends and test tools from. Says what it wrote and what it kept."""
+    from nightly_assets.builds.resources import INDEX_URL_VAR, WHEELHOUSE_VAR
+    from nightly_assets.builds.toolchain import MissingToolError
+    from nightly_assets.builds.wheelhouse import WheelhouseError, ensure_wheelhouse, home_wheelhouse
+    from nightly_assets.resources import local_package_sources
+    from nightly_assets.settings import nightly_env, nightly_home
+
     config, written = write_instance_config()
     print(
         f"{config}: written from the packaged instance config"
@@ -236,7 +276,14 @@ def _run(catalog: Catalog, name: str, night_text: str, target: str | None) -> in
     pipeline = _pipeline(catalog, name)
     night = _night(pipeline, night_text)
     targets = _targets(pipeline, target)
+    from nightly_assets.catalog.loader import catalog_dir
     from nightly_assets.definitions import build_definitions  # loads the whole graph: only when running
+    from nightly_assets.night import run_night
+    from nightly_assets.pipelines import nightly_job_name
+    from nightly_assets.reporting.summary import night_summary
+    from nightly_assets.resources import resources_for
+    from nightly_assets.results import NightKey
+    from nightly_assets.settings import nightly_env, nightly_home
 
     defs = build_definitions(catalog_dir())
     inst = instance(catalog)
@@ -277,7 +324,14 @@ def _culprits(catalog: Catalog, name: str, night_text: str, target: str | None) 
         raise UsageError(f"pipeline '{name}' has no culprit_search stage (see the README's Culprit search)")
     night = _night(pipeline, night_text)
     targets = _targets(pipeline, target)
+    from nightly_assets.catalog.loader import catalog_dir
+    from nightly_assets.culprits.checks import culprit_line
+    from nightly_assets.culprits.sensors import culprit_job_name
     from nightly_assets.definitions import build_definitions
+    from nightly_assets.night import execute_partition
+    from nightly_assets.reporting.alerts import record_sent
+    from nightly_assets.reporting.follow_up import follow_up_run
+    from nightly_assets.results import NightKey
 
     defs = build_definitions(catalog_dir())
     inst = instance(catalog)
@@ -312,11 +366,13 @@ def _say(line: str) -> None:
     print(f"  {line}", flush=True)
 
 
-def _status(catalog: Catalog, only: str | None, as_json: bool) -> int:
-    pipelines = [_pipeline(catalog, only)] if only else list(catalog.pipelines.values())
+def _status(catalog: Catalog | CatalogOutline, only: str | None, as_json: bool) -> int:
+    pipelines: list[Pipeline | PipelineOutline] = (
+        [_pipeline(catalog, only)] if only else list(catalog.pipelines.values())
+    )
     _quiet_warehouse_logs()
-    with _resources(warehouse_retry_s=STATUS_RETRY_S) as resources:
-        rows = _status_rows(resources.warehouse.store(), pipelines)
+    with _warehouse() as store:
+        rows = _status_rows(store, pipelines)
     if as_json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -352,18 +408,21 @@ def _status(catalog: Catalog, only: str | None, as_json: bool) -> int:
 def _quiet_warehouse_logs() -> None:
     """Each warehouse retry and schema upgrade is logged (a run shows them as it goes); for a
     person waiting on a query the error is one line."""
+    from nightly_assets.warehouse import connection as warehouse_connection
+    from nightly_assets.warehouse import store as warehouse_store
+
     for module in (warehouse_store, warehouse_connection):
         logging.getLogger(module.__name__).setLevel(logging.ERROR)
 
 
-def _tests(catalog: Catalog, args: argparse.Namespace) -> int:
+def _tests(catalog: Catalog | CatalogOutline, args: argparse.Namespace) -> int:
     pipeline = _pipeline(catalog, args.pipeline)
     _quiet_warehouse_logs()
-    with _resources(warehouse_retry_s=STATUS_RETRY_S) as resources:
-        return history_cli.run(resources.warehouse.store(), pipeline, args, _any_night)
+    with _warehouse() as store:
+        return history_cli.run(store, pipeline, args, _any_night)
 
 
-def _any_night(pipeline: Pipeline, text: str) -> dt.date:
+def _any_night(pipeline: Pipeline | PipelineOutline, text: str) -> dt.date:
     """A --night as a date, any date: one to look up may still be running."""
     try:
         if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
@@ -373,7 +432,7 @@ def _any_night(pipeline: Pipeline, text: str) -> dt.date:
         raise UsageError(f"--night {text!r}: expected a date as YYYY-MM-DD") from None
 
 
-def _status_rows(store: Any, pipelines: list[Pipeline]) -> list[dict[str, Any]]:
+def _status_rows(store: Any, pipelines: list[Pipeline | PipelineOutline]) -> list[dict[str, Any]]:
     """One row per night x target, newest first: a bounded number of warehouse queries (the
     store's `night_overviews`), however many nights there are."""
     stages_of = {p.name: p.stages for p in pipelines}
@@ -409,7 +468,12 @@ def _status_rows(store: Any, pipelines: list[Pipeline]) -> list[dict[str, Any]]:
 _MARKS = {"success": "+", "failure": "x", "skipped": "-", "running": "~", "cancelled": "c"}
 
 
-def _pipeline(catalog: Catalog, name: str) -> Pipeline:
+@overload
+def _pipeline(catalog: Catalog, name: str) -> Pipeline: ...
+@overload
+def _pipeline(catalog: CatalogOutline, name: str) -> PipelineOutline: ...
+def _pipeline(catalog: Catalog | CatalogOutline, name: str) -> Pipeline | PipelineOutline:
+    """The pipeline `name` of a catalog or its outline."""
     if name not in catalog.pipelines:
         raise UsageError(
             f"unknown pipeline {name!r}; the catalog has: {', '.join(sorted(catalog.pipelines))}"

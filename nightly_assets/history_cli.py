@@ -10,14 +10,15 @@ import argparse
 import datetime as dt
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from nightly_assets.catalog.models import Pipeline
-from nightly_assets.results import NightKey
-from nightly_assets.sources.suspects import suspect_text
-from nightly_assets.warehouse.history import PassRate, TestRun
-from nightly_assets.warehouse.rows import Regression, TestVerdict
-from nightly_assets.warehouse.store import Warehouse
+if TYPE_CHECKING:  # `nightly --help` builds this parser: what answers a question is imported by `run`
+    from nightly_assets.catalog.models import Pipeline
+    from nightly_assets.catalog.outline import PipelineOutline
+    from nightly_assets.results import NightKey
+    from nightly_assets.warehouse.history import PassRate, TestRun
+    from nightly_assets.warehouse.rows import Regression, TestVerdict
+    from nightly_assets.warehouse.store import Warehouse
 
 
 class TargetError(ValueError):
@@ -56,9 +57,14 @@ def add_parser(sub: Any) -> None:
 
 
 def run(
-    store: Warehouse, pipeline: Pipeline, args: argparse.Namespace, night: Callable[[Pipeline, str], dt.date]
+    store: Warehouse,
+    pipeline: Pipeline | PipelineOutline,
+    args: argparse.Namespace,
+    night: Callable[[Pipeline | PipelineOutline, str], dt.date],
 ) -> int:
     """Answer `args.action` from the warehouse `store`; `night` parses a --night value."""
+    from nightly_assets.results import NightKey
+
     if args.action == "rates":
         target = _target(pipeline, args.target)
         below = None if args.all else args.below
@@ -79,7 +85,7 @@ def run(
     return 0
 
 
-def _target(pipeline: Pipeline, name: str | None) -> str:
+def _target(pipeline: Pipeline | PipelineOutline, name: str | None) -> str:
     names = [t.name for t in pipeline.targets]
     if name is None and len(names) == 1:
         return names[0]
@@ -132,6 +138,8 @@ def _print_runs(title: str, runs: list[TestRun], as_json: bool) -> None:
 
 
 def _print_verdicts(key: NightKey, verdicts: list[TestVerdict], as_json: bool) -> None:
+    from nightly_assets.sources.suspects import suspect_text
+
     if as_json:
         print(json.dumps([_plain(vars(v)) for v in verdicts], indent=2))
         return
@@ -145,6 +153,8 @@ def _print_verdicts(key: NightKey, verdicts: list[TestVerdict], as_json: bool) -
 
 
 def _print_regressions(pipeline: str, found: list[Regression], as_json: bool) -> None:
+    from nightly_assets.sources.suspects import suspect_text
+
     if as_json:
         print(json.dumps([_plain(vars(r)) for r in found], indent=2))
         return

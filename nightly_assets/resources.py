@@ -31,13 +31,12 @@ from nightly_assets.release.resources import (
     PackageIndexesResource,
 )
 from nightly_assets.reporting.resources import FileNotifierResource, SlackNotifierResource
-from nightly_assets.settings import Env, env_settings
+from nightly_assets.settings import WAREHOUSE_URL_VAR, Env, env_settings, local_warehouse_url
 from nightly_assets.sources.resources import GitSourcesResource
 from nightly_assets.testing.resources import LocalTestRunnerResource
 from nightly_assets.tpu.resources import TpuVmResource
 from nightly_assets.warehouse.resources import WarehouseResource
 
-WAREHOUSE_URL_VAR = "NIGHTLY_WAREHOUSE_URL"
 # `make setup` fills it with the build backends and test tools the sample and fixture nights use.
 # An install from the wheel has none: `nightly init` makes $NIGHTLY_HOME/wheelhouse instead.
 REPO_WHEELHOUSE = Path(__file__).resolve().parents[1] / ".wheelhouse"
@@ -51,7 +50,7 @@ def resources_for(env: Env, home: Path) -> dict[str, Any]:
     warehouse_url: Any = (
         dg.EnvVar(WAREHOUSE_URL_VAR)
         if os.environ.get(WAREHOUSE_URL_VAR) or env == "prod"
-        else f"sqlite:///{home / 'warehouse.sqlite'}"
+        else local_warehouse_url(home)
     )
     resources: dict[str, Any] = {
         "git": GitSourcesResource(cache_dir=str(home / "git")),

@@ -8,8 +8,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import dagster as dg
 from pydantic import AfterValidator, ValidatorFunctionWrapHandler, WrapValidator
+
+# No dagster import at the top: `nightly status` and `nightly tests` read these settings, and
+# importing dagster is most of their start-up. The functions that need it import it.
 
 Env = Literal["local", "prod"]
 
@@ -27,9 +29,19 @@ def nightly_home() -> Path:
     return Path(os.environ.get("NIGHTLY_HOME", Path.cwd() / ".nightly")).resolve()
 
 
+WAREHOUSE_URL_VAR = "NIGHTLY_WAREHOUSE_URL"
+
+
+def local_warehouse_url(home: Path) -> str:
+    """The SQLite warehouse of local mode with no NIGHTLY_WAREHOUSE_URL."""
+    return f"sqlite:///{home / 'warehouse.sqlite'}"
+
+
 def env_var_names(config: object) -> set[str]:
     """Every variable a Dagster config reads through `{env: NAME}`: in resources (`dg.EnvVar`
     fields, nested resources included) or in an instance's YAML (mappings and lists)."""
+    import dagster as dg
+
     if isinstance(config, dg.ConfigurableResource):
         config = config._convert_to_config_dictionary()  # the config as Dagster sees it
     if isinstance(config, dict):
@@ -46,16 +58,17 @@ def env_settings(defaults: Mapping[str, Any] | None = None, /, **fields: str) ->
     over `defaults`. The UI and run config show `{env: VARIABLE}` and each run reads the value; an
     unset variable is left out, so the field keeps its default (an EnvVar of an unset variable
     would fail the run)."""
+    import dagster as dg
+
     variables = {field: dg.EnvVar(name) for field, name in fields.items() if os.environ.get(name)}
     return {**(defaults or {}), **variables}
 
 
-# What dg.EnvVar.int returns (its class is not exported).
-INT_ENV_VAR = type(dg.EnvVar.int("_"))
-
-
 def _defer_env_var(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
-    return value if isinstance(value, dg.EnvVar | INT_ENV_VAR) else handler(value)
+    import dagster as dg
+
+    int_env_var = type(dg.EnvVar.int("_"))  # what dg.EnvVar.int returns (its class is not exported)
+    return value if isinstance(value, dg.EnvVar | int_env_var) else handler(value)
 
 
 # For a field that is not a str: until a run resolves it, a dg.EnvVar holds the variable's name,

@@ -332,17 +332,24 @@ def test_prod_without_its_settings_names_them(dagster_home, monkeypatch, capsys)
     monkeypatch.setenv("NIGHTLY_ENV", "prod")
     for name in ("NIGHTLY_WAREHOUSE_URL", "NIGHTLY_ARTEFACTS_BUCKET", "SLACK_BOT_TOKEN"):
         monkeypatch.delenv(name, raising=False)
-    assert main(["status"]) == 2
+    assert main(["run", "demo", "--night", "2026-11-03"]) == 2
     err = capsys.readouterr().err.strip()
     assert err == (
         "nightly: resources (prod): environment variable(s) not set: NIGHTLY_ARTEFACTS_BUCKET, "
         "NIGHTLY_WAREHOUSE_URL, SLACK_BOT_TOKEN (see the README's Configuration)"
     )
+    # A query reads the warehouse alone: it names only the warehouse's setting.
+    for command in (["status"], ["tests", "rates", "demo"]):
+        assert main(command) == 2
+        assert capsys.readouterr().err.strip() == (
+            "nightly: warehouse (prod): environment variable(s) not set: NIGHTLY_WAREHOUSE_URL "
+            "(see the README's Configuration)"
+        )
 
 
 def test_a_bad_setting_is_one_line_naming_the_resource_and_field(dagster_home, monkeypatch, capsys):
     monkeypatch.setenv("NIGHTLY_BATCH_KIND", "pbs")
-    assert main(["status"]) == 2
+    assert main(["run", "demo", "--night", "2026-11-03"]) == 2
     err = capsys.readouterr().err.strip()
     assert err == (
         "nightly: resources (local): BatchSchedulerResource: kind: 'pbs': expected 'local' or 'slurm'"

@@ -7,7 +7,6 @@ and one folder per pipeline, `<name>/defs.yaml`, whose `attributes:` are the pip
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -18,20 +17,17 @@ from pydantic import ValidationError
 
 from nightly_assets.catalog.models import Catalog, Pipeline, Runner, error_parts
 
-BUILTIN_CATALOG_DIR = Path(__file__).parents[1] / "defs"  # the project's dg defs folder
+# Their home is outline.py (read without the stage kinds); named here too, where the loader's users look.
+from nightly_assets.catalog.outline import BUILTIN_CATALOG_DIR as BUILTIN_CATALOG_DIR
+from nightly_assets.catalog.outline import DEFS_FILE, catalog_dir
+
 RUNNERS_FILE = "runners.yaml"
-DEFS_FILE = "defs.yaml"
 COMPONENT_TYPE = "nightly_assets.catalog.component.NightlyPipeline"
 DEFS_KEYS = ("type", "attributes")
 
 
 class CatalogError(ValueError):
     """A catalog file that cannot be used: the message names the file, the field and the expectation."""
-
-
-def catalog_dir() -> Path:
-    """The catalog in use: NIGHTLY_CATALOG_DIR when set, else the one shipped with the package."""
-    return Path(os.environ.get("NIGHTLY_CATALOG_DIR", BUILTIN_CATALOG_DIR))
 
 
 def load_catalog(directory: Path | None = None) -> Catalog:

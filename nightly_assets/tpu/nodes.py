@@ -10,11 +10,14 @@ import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from google.api_core import exceptions as api_exceptions
 from google.api_core import operation
 from google.api_core import retry as api_retry
-from google.cloud import tpu_v2
+
+if TYPE_CHECKING:  # google-cloud-tpu's client costs ~0.5 s to import: only a run that calls the API pays it
+    from google.cloud import tpu_v2
 
 TOOL_LABEL = "nightly-assets"  # every node this tool makes carries nightly-assets=1 (the sweeper's key)
 RUN_LABEL = "nightly-run-id"
@@ -91,6 +94,8 @@ class NodeRequest:
 
 
 def state_name(node: tpu_v2.Node) -> str:
+    from google.cloud import tpu_v2
+
     return tpu_v2.Node.State(node.state).name
 
 
@@ -155,6 +160,8 @@ class TpuNodes:
                 pause = min(pause * 2, 60.0)
 
     def _create_once(self, request: NodeRequest, queued: bool) -> operation.Operation:
+        from google.cloud import tpu_v2
+
         node = tpu_v2.Node(
             accelerator_type=request.accelerator_type,
             runtime_version=request.runtime_version,
@@ -206,6 +213,8 @@ class TpuNodes:
             resource = self.client.get_queued_resource(name=name, timeout=self.timeout, retry=self._retry)
         except api_exceptions.NotFound:
             return None
+        from google.cloud import tpu_v2
+
         state = tpu_v2.QueuedResourceState.State(resource.state.state).name
         return state, resource.state.failed_data.error.message
 
@@ -258,6 +267,8 @@ class TpuNodes:
 
     def host_keys(self, name: str) -> dict[str, str]:
         """The SSH host keys the VM's guest agent published (type -> base64), as gcloud reads them."""
+        from google.cloud import tpu_v2
+
         try:
             answer = self.client.get_guest_attributes(
                 request=tpu_v2.GetGuestAttributesRequest(name=name, query_path="hostkeys/"),
@@ -278,6 +289,8 @@ class TpuNodes:
 
         Idempotent: what is already gone is fine. Transient API errors are retried until `timeout_s`.
         """
+        from google.cloud import tpu_v2
+
         name, queued_name = self.node_name(zone, node_id), self.queued_name(zone, node_id)
         if self.queued_state(queued_name) is not None:
             # force: the queued resource takes its node with it (a node of a queued resource

@@ -12,18 +12,18 @@ import datetime
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import dagster as dg
-from google.api_core.client_options import ClientOptions
-from google.auth.credentials import AnonymousCredentials
-from google.cloud import tpu_v2
 from pydantic import Field
 
 from nightly_assets.settings import FromEnv, PositiveSeconds, Seconds, one_of
 from nightly_assets.tpu.models import TpuRunOutcome, TpuSuite, TpuTarget, TpuVmSettings
 from nightly_assets.tpu.nodes import RUN_LABEL, TpuApiError, TpuNodes, TpuNotReadyError, label_value
 from nightly_assets.tpu.session import TpuVm
+
+if TYPE_CHECKING:  # imported by `client`: a code location without TPU runs never loads the SDK
+    from google.cloud import tpu_v2
 
 _log = logging.getLogger(__name__)
 
@@ -57,6 +57,10 @@ class TpuVmResource(dg.ConfigurableResource):
     node_prefix: str = Field(default="nightly", description="node IDs are <prefix>-<run id>-<random>")
 
     def client(self) -> tpu_v2.TpuClient:
+        from google.api_core.client_options import ClientOptions
+        from google.auth.credentials import AnonymousCredentials
+        from google.cloud import tpu_v2
+
         options = ClientOptions(api_endpoint=self.api_endpoint) if self.api_endpoint else None
         credentials = AnonymousCredentials() if self.credentials == "anonymous" else None
         return tpu_v2.TpuClient(transport=self.transport, credentials=credentials, client_options=options)
