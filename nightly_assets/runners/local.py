@@ -89,11 +89,11 @@ class LocalBackend(RunnerBackend):
 def _unused(path: Path) -> Path:
     """`path`, or `name-2.log`, `name-3.log`...: a command run again in the same stage (a benchmark
     re-measured) keeps the first run's log beside its own."""
-    n = 1
-    while path.exists():
+    candidate, n = path, 1
+    while candidate.exists():
         n += 1
-        path = path.with_name(f"{path.stem.split('-')[0]}-{n}{path.suffix}")
-    return path
+        candidate = path.with_name(f"{path.stem}-{n}{path.suffix}")
+    return candidate
 
 
 def _pytest_here(work: StageWork) -> tuple[TestReport, Path]:
