@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from nightly_assets.builds.test_dependencies import TestDependencies
@@ -78,7 +78,7 @@ def runtime_context(
             in_image = [
                 Path("/opt/nightly/testdeps/checkout") / f.relative_to(repo_root) for f in tests.requirements
             ]
-            inside = TestDependencies(in_image, tests.extras, tests.packages).pip_arguments(inside)
+            inside = replace(tests, requirements=in_image).pip_arguments(inside)
         lines.append(f"RUN {json.dumps([*install, *inside])}")  # exec form: no shell parses the names
     work = dest / "work"
     work.mkdir()

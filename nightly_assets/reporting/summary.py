@@ -1,6 +1,6 @@
 """Seed 001's results summary: one row per stage with status, runner, duration and links, then the
-devices the stages ran on (and the benchmarks that start a new baseline on them), the suites, the
-failing tests by name, the failed checks and the machine cost."""
+devices the stages ran on (and the benchmarks that start a new baseline on them), the suites and
+the pytest they ran with, the failing tests by name, the failed checks and the machine cost."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from nightly_assets.artefacts.resources import ArtefactStoreResource, MissingArt
 from nightly_assets.catalog.models import Pipeline
 from nightly_assets.devices.facts import DeviceFacts
 from nightly_assets.manifests import PerfBaselineManifest
+from nightly_assets.reporting.pytest_versions import pytest_lines
 from nightly_assets.results import CheckOutcome, NightKey, TestCase
 from nightly_assets.warehouse.rows import MachineCost, TestVerdict
 from nightly_assets.warehouse.store import Warehouse
@@ -47,6 +48,7 @@ class NightSummary:
     # One per device configuration of the night: the stages that ran on it, and what it is.
     devices: Sequence[tuple[list[str], str]] = ()
     new_baselines: Sequence[str] = ()  # "perf_baseline: new baseline for a, b (what changed)"
+    pytest_versions: Sequence[str] = ()  # "tests, tests_k (environment): pytest 8.3.5"
 
     @property
     def failed_tests(self) -> int:
@@ -80,6 +82,7 @@ def night_summary(
     judged_checks = [c for c in checks if judged is None or c.stage in judged]
     status = night_status(judged_rows, _failed_tests(suites), judged_checks)
     verdicts = store.verdicts(key)
+    ran = {r.stage for r in rows if r.duration_min is not None}
     return NightSummary(
         key,
         rows,
@@ -90,9 +93,8 @@ def night_summary(
         status,
         verdicts,
         devices=device_lines(pipeline, store.device_facts(key)),
-        new_baselines=new_baseline_notes(
-            pipeline, key, artefacts, ran={r.stage for r in rows if r.duration_min is not None}
-        ),
+        new_baselines=new_baseline_notes(pipeline, key, artefacts, ran=ran),
+        pytest_versions=pytest_lines(pipeline, key, artefacts, ran=ran),
     )
 
 
@@ -222,6 +224,8 @@ def summary_markdown(summary: NightSummary) -> str:
                 f"| {suite} | {c['total']} | {c['passed']} | {c['failed']} | {c['error']} | "
                 f"{c['skipped']} | {c['collected']} |"
             )
+    if summary.pytest_versions:
+        lines += ["", *(f"- {line}" for line in summary.pytest_versions)]
     if summary.failures:
         lines += ["", "### Failing tests", "", "| Suite | Test | Outcome | Message |", "|---|---|---|---|"]
         for suite, cases in summary.failures.items():

@@ -10,6 +10,7 @@ import dagster as dg
 from pydantic import Field
 
 from nightly_assets.artefacts.resources import ArtefactStoreResource
+from nightly_assets.builds.distributions import distribution_metadata, installed_distributions
 from nightly_assets.builds.framework_stack import (
     FrameworkStackParams,
     reused_stack,
@@ -65,8 +66,12 @@ def build_docker_image_asset(spec: StageSpec) -> dg.AssetsDefinition:
         with recorded_stage(context, spec, artefacts, warehouse) as run:
             label = run.runner_name if run.runner is not None else "local"
             wheels = _wheels(artefacts, run.key, wheels_stage)
-            checkout = spec.checkout(artefacts, run.key) if params.requirements else None
-            tests = params.test_dependencies(checkout, spec.key.to_user_string())
+            pinned = spec.pinned_repo(artefacts, run.key) if params.needs_checkout() else None
+            tests = params.test_dependencies(
+                Path(pinned.path) if pinned else None,
+                spec.key.to_user_string(),
+                pinned.sha if pinned else None,
+            )
             unavailable = (
                 docker_pool.unavailable_reason(label, run.target.arch) if params.fallback == "venv" else None
             )
@@ -85,6 +90,7 @@ def build_docker_image_asset(spec: StageSpec) -> dg.AssetsDefinition:
                     python=str(python),
                     installed=[w.name for w in wheels],
                     packages=top_level_names(wheels),
+                    distributions=installed_distributions(python),
                 )
                 run.detail = f"virtualenv (no image: {unavailable}), {len(wheels)} wheel(s)"
                 metadata: dict[str, Any] = {
@@ -92,6 +98,7 @@ def build_docker_image_asset(spec: StageSpec) -> dg.AssetsDefinition:
                     "python": str(python),
                     "why_no_image": unavailable,
                     **stack_metadata(run.manifest),
+                    **distribution_metadata(run.manifest["distributions"]),
                 }
                 run.checks.extend(checks.skipped_registry_checks(spec.key, push_to))
             else:

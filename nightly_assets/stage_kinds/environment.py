@@ -1,11 +1,13 @@
 """The environment stage: a fresh virtual environment with the night's wheels and the suite's test
-dependencies (requirements files, extras, packages) from the package index."""
+dependencies (requirements files, extras, dependency groups, packages, pytest) from the package
+index; the manifest records every distribution it holds, with its version."""
 
 from pathlib import Path
 
 import dagster as dg
 
 from nightly_assets.artefacts.resources import ArtefactStoreResource
+from nightly_assets.builds.distributions import distribution_metadata, installed_distributions
 from nightly_assets.builds.framework_stack import (
     FrameworkStackParams,
     reused_stack,
@@ -41,8 +43,12 @@ def build_environment_asset(spec: StageSpec) -> dg.AssetsDefinition:
         """A fresh virtual environment with the night's wheels and the suite's test dependencies."""
         with recorded_stage(context, spec, artefacts, warehouse) as run:
             wheels = [Path(w) for w in artefacts.manifest(run.key, str(wheels_stage), WheelsManifest).wheels]
-            checkout = spec.checkout(artefacts, run.key) if params.requirements else None
-            tests = params.test_dependencies(checkout, spec.key.to_user_string())
+            pinned = spec.pinned_repo(artefacts, run.key) if params.needs_checkout() else None
+            tests = params.test_dependencies(
+                Path(pinned.path) if pinned else None,
+                spec.key.to_user_string(),
+                pinned.sha if pinned else None,
+            )
             where = f"{spec.key.to_user_string()} (runner '{run.runner_name}')"
             runner_stack = run.runner.base_python if run.runner else None
             stack = reused_stack(params.base_python, runner_stack, where, wheels)
@@ -55,6 +61,7 @@ def build_environment_asset(spec: StageSpec) -> dg.AssetsDefinition:
             run.manifest["python"] = str(python)
             run.manifest["installed"] = [w.name for w in wheels]
             run.manifest["packages"] = top_level_names(wheels)
+            run.manifest["distributions"] = distributions = installed_distributions(python)
             run.detail = f"{len(wheels)} wheel(s) installed" + (" with test dependencies" if tests else "")
             if stack is not None:
                 run.detail += f" on {stack.python} (Python {stack.full_version})"
@@ -67,6 +74,7 @@ def build_environment_asset(spec: StageSpec) -> dg.AssetsDefinition:
                 if tests or stack is None
                 else "none (the framework stack's pytest, else the orchestrator's)",
                 **stack_metadata(run.manifest),
+                **distribution_metadata(distributions),
             }
         )
 
