@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from nightly_assets.builds.dependency_groups import DependencyGroupError, pyproject_groups, resolve_groups
 from nightly_assets.builds.distributions import installed_distributions
 from nightly_assets.builds.test_dependencies import TestDependencies, TestDependencyParams
+from nightly_assets.containers.recipes import runtime_context
 from nightly_assets_tests.catalog_nights import CatalogNights
 from nightly_assets_tests.git_repo import commit_files
 
@@ -70,6 +71,44 @@ def test_pytest_is_added_once_pinned_when_asked() -> None:
     pinned = TestDependencies(groups=groups, pytest="<9").pip_arguments([])  # pip intersects the two
     assert pinned == ["pytest>=8", "freezegun", "pytest<9"]
     assert TestDependencies().pip_arguments(["w.whl"]) == ["w.whl"]  # the orchestrator's pytest
+
+
+def test_the_runtime_image_installs_the_groups_and_the_pinned_pytest(tmp_path: Path) -> None:
+    """Fetched here with the same arguments, installed in the image from the fetched files."""
+    wheel = tmp_path / "dist" / "grouped-1.0-py3-none-any.whl"
+    wheel.parent.mkdir()
+    wheel.write_bytes(b"")
+    (tmp_path / "repo" / "requirements").mkdir(parents=True)
+    (tmp_path / "repo" / "requirements" / "extra.txt").write_text("six\n")
+    tests = TestDependencies(
+        [tmp_path / "repo" / "requirements" / "extra.txt"], groups={"test": ["freezegun>=1.4"]}, pytest="<9"
+    )
+    fetched: list[list[str]] = []
+    context = runtime_context(
+        tmp_path / "context",
+        from_image="base",
+        needs_venv=False,
+        wheels=[wheel],
+        repo_root=tmp_path / "repo",
+        test_paths=[],
+        suites=[],
+        labels={},
+        tests=tests,
+        fetch=lambda args, dest: fetched.append(args),
+    )
+    assert fetched == [
+        [str(wheel), "--requirement", str(tests.requirements[0]), "freezegun>=1.4", "pytest<9"]
+    ]
+    run = next(
+        line for line in (context.path / "Dockerfile").read_text().splitlines() if line.startswith("RUN [")
+    )
+    assert json.loads(run[4:])[-5:] == [
+        "/opt/nightly/wheels/grouped-1.0-py3-none-any.whl",
+        "--requirement",
+        "/opt/nightly/testdeps/checkout/requirements/extra.txt",
+        "freezegun>=1.4",
+        "pytest<9",
+    ]
 
 
 def test_pytest_takes_a_version_specifier_named_once() -> None:
