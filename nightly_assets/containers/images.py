@@ -16,6 +16,7 @@ import docker  # type: ignore[import-untyped]
 import docker.errors  # type: ignore[import-untyped]
 import requests
 
+from nightly_assets.builds.distributions import distribution_metadata, distribution_versions
 from nightly_assets.builds.framework_stack import LIST_DISTRIBUTIONS, framework_versions
 from nightly_assets.builds.resources import PythonBuildResource
 from nightly_assets.builds.test_dependencies import TestDependencies
@@ -100,7 +101,7 @@ class ImageStage:
             f"built {built.image_id[:19]} in {built.duration_s:.1f} s, "
             f"{built.cached_steps}/{built.steps} steps from cache"
         )
-        frameworks, unread = self._frameworks_in(client, built.image_id, platform, wheels)
+        frameworks, distributions, unread = self._frameworks_in(client, built.image_id, platform, wheels)
         published, digest, attempts = self._publish(client, built)
         retention = self._retention() if published else {}
         primary = next(iter(published), None)  # the first push_to role: where runners pull from
@@ -116,6 +117,7 @@ class ImageStage:
             "python": self.params.python,
             "rootdir": recipes.WORKDIR,
             "frameworks": frameworks,
+            "distributions": distributions,
             **({"frameworks_unread": unread} if unread else {}),
             "build": {
                 "duration_s": round(built.duration_s, 3),
@@ -137,6 +139,7 @@ class ImageStage:
             "push_attempts": attempts,
             "cache_from": ", ".join(cache_from) or "none",
             "frameworks": ", ".join(f"{n} {v}" for n, v in frameworks.items()) or "none",
+            **(distribution_metadata(distributions) if distributions else {}),
         }
         if published:
             metadata["published"] = dg.MetadataValue.md(
@@ -153,10 +156,11 @@ class ImageStage:
 
     def _frameworks_in(
         self, client: docker.DockerClient, image_id: str, platform: str, wheels: list[Path]
-    ) -> tuple[dict[str, str], str | None]:
-        """The framework builds the image's Python imports (torch, jax, the CUDA/ROCm wheels), read
-        by metadata in a throwaway container with no network. An image this engine cannot run (an
-        arm64 image on an amd64 host) or without that Python records none, and why."""
+    ) -> tuple[dict[str, str], dict[str, str], str | None]:
+        """The framework builds the image's Python imports (torch, jax, the CUDA/ROCm wheels) and
+        every distribution's version, read by metadata in a throwaway container with no network.
+        An image this engine cannot run (an arm64 image on an amd64 host) or without that Python
+        records none, and why."""
         container = None
         try:
             container = client.containers.create(
@@ -170,7 +174,7 @@ class ImageStage:
             output = container.logs(stdout=True, stderr=True).decode(errors="replace")
             if exit_code != 0:
                 raise ValueError(f"{self.params.python} exited with {exit_code}: {output.strip()[-300:]}")
-            return framework_versions(output, wheels), None
+            return framework_versions(output, wheels), distribution_versions(output), None
         except (
             docker.errors.DockerException,
             requests.RequestException,
@@ -179,7 +183,7 @@ class ImageStage:
             OSError,
         ) as exc:
             self.log.warning(f"framework versions not read from {image_id[:19]}: {exc}")
-            return {}, str(exc)[:500]
+            return {}, {}, str(exc)[:500]
         finally:
             if container is not None:
                 try:

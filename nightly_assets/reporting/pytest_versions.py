@@ -15,7 +15,7 @@ def pytest_lines(
 ) -> list[str]:
     """One line per environment the night's suites ran in: "tests, tests_k (environment): pytest
     8.3.5". `ran`: the stages this run of the night recorded (an older manifest is not tonight's).
-    An image's environment, which records no distributions, has no line."""
+    An environment that recorded no pytest (an image this engine could not run) has no line."""
     suites: dict[str, list[str]] = {}
     for suite in pipeline.stages_of("test_suite"):
         upstream = pipeline.upstream(suite.name)
