@@ -6,6 +6,7 @@ import json
 import sys
 from pathlib import Path
 
+import dagster as dg
 import pytest
 from pydantic import ValidationError
 
@@ -194,6 +195,10 @@ def test_the_environment_installs_a_group_offline_and_records_the_versions(
     distributions = json.loads((night / "environment/manifest.json").read_text())["distributions"]
     assert distributions["freezegun"] == "1.4.0" and distributions["pytest"] == "8.1.1"  # the wheelhouse's
     assert distributions["grouped"] == "1.0"
+    event = catalog_nights.instance.get_latest_materialization_event(dg.AssetKey(["grouped", "environment"]))
+    assert event is not None and event.asset_materialization is not None
+    metadata = event.asset_materialization.metadata
+    assert metadata["pytest"].value == "8.1.1" and metadata["distributions"].value == len(distributions)
     summary = (night / "night_summary/summary.md").read_text()
     assert "- tests (environment): pytest 8.1.1" in summary.splitlines()
 
