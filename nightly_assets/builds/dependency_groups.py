@@ -17,7 +17,7 @@ class DependencyGroupError(ValueError):
 def resolve_groups(table: dict[str, object], groups: list[str], where: str) -> dict[str, list[str]]:
     """Each of `groups` (names compared as PEP 503 normalises them) with its requirements, the
     included groups' spliced in where they are included. `where` names the table in errors."""
-    known = {canonicalize_name(name): name for name in table}
+    known = {canonicalize_name(name) for name in table}
     missing = [group for group in groups if canonicalize_name(group) not in known]
     if missing:
         have = ", ".join(sorted(table)) or "none"
