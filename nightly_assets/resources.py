@@ -183,9 +183,12 @@ def local_wheelhouse(env: Env, home: Path) -> dict[str, str]:
 def local_package_sources(home: Path) -> str:
     """Where local mode's builds take their packages from, in words, as `resources_for` wires them
     (the variables' values, not their names; no URL credentials)."""
+    wheelhouse = local_wheelhouse("local", home)
     builder = PythonBuildResource(
-        **{"toolchain_dir": str(home / "toolchain"), **local_wheelhouse("local", home)},
+        toolchain_dir=str(home / "toolchain"),
         index_url=os.environ.get(INDEX_URL_VAR) or None,
+        wheelhouse=wheelhouse.get("wheelhouse"),
+        fallback_index_url=wheelhouse.get("fallback_index_url"),
     )
     return builder.package_sources()
 
