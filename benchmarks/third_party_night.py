@@ -24,6 +24,7 @@ from nightly_assets.resources import REPO_WHEELHOUSE
 
 PROJECT = Path(__file__).resolve().parents[1] / "nightly_assets_tests/data/projects/itsdangerous"
 REPEATS = 3
+COMMIT_DATE = "2026-11-02T10:00:00Z"  # before the nights run (from 2026-11-03): the one they pin
 PIPELINE = """\
 type: {component}
 attributes:
@@ -59,8 +60,9 @@ def _upstream(root: Path) -> Path:
     repo = root / "upstream"
     shutil.copytree(PROJECT, repo)
     git = ["git", "-C", str(repo), "-c", "user.name=bench", "-c", "user.email=bench@localhost"]
+    dated = {**os.environ, "GIT_AUTHOR_DATE": COMMIT_DATE, "GIT_COMMITTER_DATE": COMMIT_DATE}
     for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "as released"]):
-        subprocess.run([*git, *args], check=True)
+        subprocess.run([*git, *args], check=True, env=dated)
     return repo
 
 
