@@ -100,13 +100,8 @@ class PythonBuildResource(dg.ConfigurableResource):
         installer = self.installer_for(stack)
         base = stack.python if stack else sys.executable
         if installer.uv_binary:
-            venv: list[str | Path] = [
-                installer.uv_binary,
-                "venv",
-                "--quiet",
-                "--no-project",
-                "--allow-existing",
-            ]
+            venv: list[str | Path] = [installer.uv_binary, "venv", "--quiet", "--no-project"]
+            venv.append("--allow-existing")  # as `python -m venv`: a folder made before is kept
             run_command([*venv, "--python", base, dest], env=self.uv_env(), timeout_s=300, scratch_home=True)
         else:
             run_command([base, "-m", "venv", "--without-pip", dest], timeout_s=300)
@@ -137,19 +132,11 @@ class PythonBuildResource(dg.ConfigurableResource):
         self, installer: Installer, python: Path, wanted: list[str | Path], sources: _Sources
     ) -> tuple[list[str | Path], dict[str, str]]:
         if installer.uv_binary is None:
-            return [sys.executable, "-m", "pip", "--python", python, "install", *wanted], self.pip_env(
-                sources
-            )
+            pip: list[str | Path] = [sys.executable, "-m", "pip", "--python", python, "install"]
+            return [*pip, *wanted], self.pip_env(sources)
         # Copies, as pip makes: a suite that edits an installed file must not change the cache.
-        args: list[str | Path] = [
-            installer.uv_binary,
-            "pip",
-            "install",
-            "--python",
-            python,
-            "--link-mode",
-            "copy",
-        ]
+        args: list[str | Path] = [installer.uv_binary, "pip", "install", "--python", python]
+        args += ["--link-mode", "copy"]
         if sources.wheelhouse:
             args += ["--find-links", sources.wheelhouse]
         if sources.offline:
