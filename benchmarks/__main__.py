@@ -14,6 +14,7 @@ from benchmarks import (
     junit_streaming,
     night_overhead,
     regression_detection,
+    third_party_night,
     tpu_overhead,
     warehouse_history,
     warehouse_write,
@@ -32,6 +33,7 @@ BENCHMARKS: dict[str, Callable[[], dict[str, float]]] = {
     "regression_detection": regression_detection.main,
     "flaky_detection": flaky_detection.main,
     "environment_reuse": environment_reuse.main,
+    "third_party_night": third_party_night.main,
 }
 
 

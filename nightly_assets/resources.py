@@ -14,7 +14,7 @@ from dagster_slack import SlackResource
 
 from nightly_assets.artefacts.resources import ArtefactStoreResource
 from nightly_assets.batch.resources import BatchSchedulerResource
-from nightly_assets.builds.resources import INDEX_URL_VAR, WHEELHOUSE_VAR, PythonBuildResource
+from nightly_assets.builds.resources import INDEX_URL_VAR, PYPI, WHEELHOUSE_VAR, PythonBuildResource
 from nightly_assets.builds.wheelhouse import home_wheelhouse
 from nightly_assets.containers.resources import (
     ContainerRegistriesResource,
@@ -60,9 +60,15 @@ def resources_for(env: Env, home: Path) -> dict[str, Any]:
         ),
         "builder": PythonBuildResource(
             **env_settings(
-                {"toolchain_dir": str(home / "toolchain"), **local_wheelhouse(env, home)},
+                {
+                    "toolchain_dir": str(home / "toolchain"),
+                    "uv_cache_dir": str(home / "uv-cache"),  # nights reuse its downloads
+                    **local_wheelhouse(env, home),
+                },
                 index_url=INDEX_URL_VAR,
                 wheelhouse=WHEELHOUSE_VAR,
+                installer="NIGHTLY_INSTALLER",
+                uv_cache_dir="NIGHTLY_UV_CACHE_DIR",
             )
         ),
         "test_runner": LocalTestRunnerResource(),
@@ -158,25 +164,31 @@ def kubernetes_cluster(env: Env) -> KubernetesClusterResource:
 
 
 def local_wheelhouse(env: Env, home: Path) -> dict[str, str]:
-    """Local mode with no index set builds offline from a wheelhouse: the source checkout's
+    """Local mode with no index set builds from a wheelhouse first: the source checkout's
     `.wheelhouse` where there is one, else the one `nightly init` made in NIGHTLY_HOME (an install
-    from the wheel). NIGHTLY_WHEELHOUSE overrides it; prod takes its package sources from the
-    variables only."""
+    from the wheel). It holds what the embedded pipelines need, so their nights stay offline; a
+    night that needs more (a third-party project's backend or test dependencies) runs again with
+    PyPI too. A NIGHTLY_WHEELHOUSE an operator names is the only source (offline); prod takes its
+    package sources from the variables only."""
     if env != "local" or os.environ.get(INDEX_URL_VAR):
         return {}
+    if os.environ.get(WHEELHOUSE_VAR):
+        return {"wheelhouse": os.environ[WHEELHOUSE_VAR]}
     for folder in (REPO_WHEELHOUSE, home_wheelhouse(home)):
         if folder.is_dir():
-            return {"wheelhouse": str(folder)}
+            return {"wheelhouse": str(folder), "fallback_index_url": PYPI}
     return {}
 
 
 def local_package_sources(home: Path) -> str:
     """Where local mode's builds take their packages from, in words, as `resources_for` wires them
     (the variables' values, not their names; no URL credentials)."""
+    wheelhouse = local_wheelhouse("local", home)
     builder = PythonBuildResource(
         toolchain_dir=str(home / "toolchain"),
         index_url=os.environ.get(INDEX_URL_VAR) or None,
-        wheelhouse=os.environ.get(WHEELHOUSE_VAR) or local_wheelhouse("local", home).get("wheelhouse"),
+        wheelhouse=wheelhouse.get("wheelhouse"),
+        fallback_index_url=wheelhouse.get("fallback_index_url"),
     )
     return builder.package_sources()
 

@@ -167,13 +167,29 @@ def test_compiled_distributions_and_missing_ones_are_refused_by_name(tmp_path):
 
 def test_local_builds_use_the_checkouts_wheelhouse_else_the_one_init_made(tmp_path, monkeypatch):
     monkeypatch.delenv("NIGHTLY_PACKAGE_INDEX_URL", raising=False)
+    monkeypatch.delenv("NIGHTLY_WHEELHOUSE", raising=False)
     checkout, home = tmp_path / "checkout" / ".wheelhouse", tmp_path / "home"
     monkeypatch.setattr(resources, "REPO_WHEELHOUSE", checkout)
-    assert resources.local_wheelhouse("local", home) == {}  # neither: pip's default
+    assert resources.local_wheelhouse("local", home) == {}  # neither: the installer's default
     (home / "wheelhouse").mkdir(parents=True)
-    assert resources.local_wheelhouse("local", home) == {"wheelhouse": str(home / "wheelhouse")}
+    # Local mode's own wheelhouse first; what it lacks (a third-party night's packages) from PyPI.
+    pypi = "https://pypi.org/simple"
+    assert resources.local_wheelhouse("local", home) == {
+        "wheelhouse": str(home / "wheelhouse"),
+        "fallback_index_url": pypi,
+    }
     checkout.mkdir(parents=True)
-    assert resources.local_wheelhouse("local", home) == {"wheelhouse": str(checkout)}
+    assert resources.local_wheelhouse("local", home) == {
+        "wheelhouse": str(checkout),
+        "fallback_index_url": pypi,
+    }
+    assert resources.local_package_sources(home) == (
+        f"the wheelhouse {checkout} first, then index {pypi} for what it lacks"
+    )
     assert resources.local_wheelhouse("prod", home) == {}
+    # A wheelhouse the operator names is the only source: offline.
+    monkeypatch.setenv("NIGHTLY_WHEELHOUSE", str(home / "wheelhouse"))
+    assert resources.local_wheelhouse("local", home) == {"wheelhouse": str(home / "wheelhouse")}
+    assert "only" in resources.local_package_sources(home)
     monkeypatch.setenv("NIGHTLY_PACKAGE_INDEX_URL", "https://pypi.example/simple")
     assert resources.local_wheelhouse("local", home) == {}

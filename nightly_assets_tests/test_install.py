@@ -104,7 +104,10 @@ def test_the_wheel_alone_sets_up_a_host_without_the_repository(tmp_path):
     assert (home / "dagster.yaml").read_bytes() == packaged_yaml == (ROOT / "dagster.yaml").read_bytes()
     assert f"{home / 'dagster.yaml'}: written from the packaged instance config" in init.output
     # Not the checkout's .wheelhouse: init ran the installed copy, which has no repository around it.
-    assert f"local builds take their packages from the wheelhouse {wheelhouse} only" in init.output
+    assert (
+        f"local builds take their packages from the wheelhouse {wheelhouse} first, then index "
+        "https://pypi.org/simple for what it lacks" in init.output
+    )
     assert list(empty.iterdir()) == []  # nothing written where it ran but what the homes name
 
     tools = ["setuptools", "pytest"] + (["wheel"] if _installed("wheel") else [])

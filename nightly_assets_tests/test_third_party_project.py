@@ -124,7 +124,8 @@ def test_itsdangerous_night_counts_match_a_direct_pytest_run(
     install_log = (
         catalog_nights.home / "artefacts/itsdangerous/2026-11-03/cpu/environment/install.log"
     ).read_text()
-    assert "freezegun-1.4.0" in install_log and "pytest-8.1.1" in install_log  # from the wheelhouse
+    assert "freezegun==1.4.0" in install_log and "pytest==8.1.1" in install_log  # from the wheelhouse
+    assert install_log.startswith("installer: uv ") and env_manifest["installer"].startswith("uv ")
 
 
 @pytest.mark.slow
@@ -301,9 +302,8 @@ def test_the_night_takes_its_packages_from_a_real_index(
     assert _report(catalog_nights.home, "2026-11-03", "tests") == _direct_pytest(
         tmp_path, PROJECTS / "itsdangerous", wheelhouse
     )
-    # The index was the only source: no wheelhouse, no pip configuration (PIP_CONFIG_FILE=/dev/null).
+    # The index was the only source: no wheelhouse, no uv or pip configuration (UV_NO_CONFIG).
     night = catalog_nights.home / "artefacts/itsdangerous/2026-11-03/cpu"
-    assert f"Looking in indexes: {index.simple_url}" in (night / "environment/install.log").read_text()
-    assert "Looking in links" not in (night / "environment/install.log").read_text().replace(
-        f"Looking in links: {night / 'wheels/dist'}", ""
-    )
+    install_log = (night / "environment/install.log").read_text()
+    assert f"packages from: index {index.simple_url}\n" in install_log
+    assert install_log.count("--find-links") == 1 and f"--find-links {night / 'wheels/dist'} " in install_log

@@ -59,6 +59,7 @@ def build_environment_asset(spec: StageSpec) -> dg.AssetsDefinition:
             frameworks = DeviceFacts(frameworks=run.manifest["frameworks"])
             warehouse.store().record_device_facts(run.key, spec.stage.name, run.runner_name, frameworks)
             run.manifest["python"] = str(python)
+            run.manifest["installer"] = builder.installer_for(stack).describe()
             run.manifest["installed"] = [w.name for w in wheels]
             run.manifest["packages"] = top_level_names(wheels)
             run.manifest["distributions"] = distributions = installed_distributions(python)
@@ -69,6 +70,7 @@ def build_environment_asset(spec: StageSpec) -> dg.AssetsDefinition:
         return dg.MaterializeResult(
             metadata={
                 "python": str(python),
+                "installer": run.manifest["installer"],
                 "installed": ", ".join(w.name for w in wheels),
                 "test_dependencies": tests.describe()
                 if tests or stack is None

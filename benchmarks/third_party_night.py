@@ -1,0 +1,170 @@
+"""A real project's night against what a developer runs by hand, in one run: the vendored
+itsdangerous (flit_core backend, test requirements file) as a catalog pipeline run by `nightly run`
+(sources, wheels, environment, tests, summary), and a direct `python -m venv` + `pip install` of the
+same commit + `pytest`. Both offline from the repository's wheelhouse, taking turns, median of
+REPEATS; target: the night within 1.15x of the direct run. Also the environment stage's installer
+alone: uv against pip, filling the same environment from the same wheelhouse.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from nightly_assets.builds.resources import PythonBuildResource
+from nightly_assets.builds.test_dependencies import TestDependencies
+from nightly_assets.catalog.loader import BUILTIN_CATALOG_DIR, COMPONENT_TYPE, DEFS_FILE
+from nightly_assets.resources import REPO_WHEELHOUSE
+
+PROJECT = Path(__file__).resolve().parents[1] / "nightly_assets_tests/data/projects/itsdangerous"
+REPEATS = 3
+COMMIT_DATE = "2026-11-02T10:00:00Z"  # before the nights run (from 2026-11-03): the one they pin
+PIPELINE = """\
+type: {component}
+attributes:
+  name: itsdangerous
+  title: itsdangerous nightly
+  seed: "000"
+  description: A real project's night from its repository alone.
+  cron: "0 2 * * *"
+  start_date: 2026-11-01
+  repositories:
+    - {{name: itsdangerous, url: "{upstream}", branch: main}}
+  targets:
+    - {{name: cpu, arch: amd64}}
+  stages:
+    - {{name: sources, kind: sources, description: The pinned checkout.}}
+    - {{name: wheels, kind: wheels, deps: [sources], description: The wheel by flit_core.}}
+    - name: environment
+      kind: environment
+      deps: [wheels]
+      description: The wheel and the test dependencies.
+      params: {{requirements: [requirements/tests.txt]}}
+    - name: tests
+      kind: test_suite
+      deps: [environment]
+      description: The whole suite as the project configures it.
+      suite: {{paths: [], timeout_minutes: 10, runner: local}}
+    - {{name: night_summary, kind: night_summary, deps: [tests], description: Summary.}}
+"""
+
+
+def _upstream(root: Path) -> Path:
+    """The fixture project as a one-commit git repository (what the night pins)."""
+    repo = root / "upstream"
+    shutil.copytree(PROJECT, repo)
+    git = ["git", "-C", str(repo), "-c", "user.name=bench", "-c", "user.email=bench@localhost"]
+    dated = {**os.environ, "GIT_AUTHOR_DATE": COMMIT_DATE, "GIT_COMMITTER_DATE": COMMIT_DATE}
+    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "as released"]):
+        subprocess.run([*git, *args], check=True, env=dated)
+    return repo
+
+
+def _night(root: Path, env: dict[str, str], night: str) -> float:
+    start = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "nightly_assets.cli", "run", "itsdangerous", "--night", night],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    elapsed = time.perf_counter() - start
+    if done.returncode != 0:
+        raise RuntimeError(f"`nightly run itsdangerous --night {night}` failed:\n{done.stdout[-3000:]}")
+    return elapsed
+
+
+def _direct(root: Path, upstream: Path, turn: int) -> float:
+    """A developer's run: a venv, the project and its test requirements by pip, then pytest."""
+    start = time.perf_counter()
+    venv = root / f"direct-{turn}"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
+    pip: list[str | Path] = [
+        sys.executable,
+        "-m",
+        "pip",
+        "--python",
+        venv / "bin/python",
+        "install",
+        "-q",
+        "--no-index",
+    ]
+    subprocess.run(
+        [*pip, "--find-links", REPO_WHEELHOUSE, "-r", upstream / "requirements/tests.txt", upstream],
+        check=True,
+        env={"PATH": os.environ["PATH"], "HOME": str(root), "PIP_CONFIG_FILE": os.devnull},
+    )
+    subprocess.run(
+        [venv / "bin/python", "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+        cwd=upstream,
+        check=True,
+        capture_output=True,
+    )
+    return time.perf_counter() - start
+
+
+def _environments(root: Path) -> tuple[float, float]:
+    """Median seconds to make and fill the suite's environment with uv, then with pip."""
+    tests = TestDependencies(requirements=[PROJECT / "requirements/tests.txt"])
+    times: dict[str, list[float]] = {"uv": [], "pip": []}
+    for turn in range(REPEATS + 1):  # the first turn fills uv's cache, as a night before did
+        for installer in times:
+            builder = PythonBuildResource(
+                toolchain_dir=str(root / "toolchain"),
+                wheelhouse=str(REPO_WHEELHOUSE),
+                installer=installer,
+                uv_cache_dir=str(root / "uv-cache"),
+            )
+            start = time.perf_counter()
+            builder.create_environment(
+                root / f"{installer}-{turn}", [], root / f"{installer}-{turn}.log", tests
+            )
+            if turn:
+                times[installer].append(time.perf_counter() - start)
+    return statistics.median(times["uv"]), statistics.median(times["pip"])
+
+
+def main() -> dict[str, float]:
+    if not any(REPO_WHEELHOUSE.glob("flit_core-3*.whl")):
+        raise RuntimeError(f"{REPO_WHEELHOUSE} lacks the fixture project's packages: run `make setup`")
+    with tempfile.TemporaryDirectory(prefix="bench-third-party-") as tmp:
+        root = Path(tmp)
+        upstream = _upstream(root)
+        catalog = root / "catalog"
+        shutil.copytree(BUILTIN_CATALOG_DIR, catalog, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
+        (catalog / "itsdangerous").mkdir()
+        (catalog / "itsdangerous" / DEFS_FILE).write_text(
+            PIPELINE.format(component=COMPONENT_TYPE, upstream=upstream)
+        )
+        (root / "dagster").mkdir()
+        env = {
+            **os.environ,
+            "NIGHTLY_HOME": str(root / "home"),
+            "DAGSTER_HOME": str(root / "dagster"),
+            "NIGHTLY_CATALOG_DIR": str(catalog),
+            "NIGHTLY_WHEELHOUSE": str(REPO_WHEELHOUSE),  # offline, as the direct run
+        }
+        for name in ("NIGHTLY_ENV", "NIGHTLY_PACKAGE_INDEX_URL", "NIGHTLY_WAREHOUSE_URL"):
+            env.pop(name, None)
+        nights, directs = [], []
+        for turn in range(REPEATS):
+            # Taking turns, so a machine that slows down mid-run weighs on both alike.
+            nights.append(_night(root, env, f"2026-11-{turn + 3:02d}"))
+            directs.append(_direct(root, upstream, turn))
+        uv_s, pip_s = _environments(root)
+    night_s, direct_s = statistics.median(nights), statistics.median(directs)
+    print(
+        f"third_party_night: itsdangerous night {night_s:.2f} s (`nightly run`), direct venv + pip + "
+        f"pytest {direct_s:.2f} s: {night_s / direct_s:.2f}x (target <= 1.15x; median of {REPEATS})"
+    )
+    print(
+        f"third_party_night: environment alone, uv {uv_s:.2f} s, pip {pip_s:.2f} s: "
+        f"pip / uv {pip_s / uv_s:.1f}x (median of {REPEATS}, uv's cache warm)"
+    )
+    return {"third-party night / direct": night_s / direct_s, "environment pip / uv": pip_s / uv_s}
