@@ -4,20 +4,22 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import dagster as dg
-import docker  # type: ignore[import-untyped]
-import docker.errors  # type: ignore[import-untyped]
-import requests
 import yaml
 from pydantic import Field, PrivateAttr
 
 from nightly_assets.containers.ecr import EcrTokenError, ecr_token
-from nightly_assets.containers.engine import engine_unreachable
 from nightly_assets.containers.registry import OciRegistry, RegistryError, registry_host
-from nightly_assets.containers.runner import DeviceSpec
 from nightly_assets.settings import FromEnv, Seconds, one_of
+
+if (
+    TYPE_CHECKING
+):  # the Docker SDK (and the paramiko it loads) is for a run, not for loading the code location
+    import docker  # type: ignore[import-untyped]
+
+    from nightly_assets.containers.runner import DeviceSpec
 
 DEFAULT_BASE_IMAGE = "nightly-base/python:bookworm"
 
@@ -68,6 +70,11 @@ class DockerRunnerPoolResource(dg.ConfigurableResource):
 
     def client(self, label: str) -> docker.DockerClient:
         """A client for the label's engine; EngineUnavailable (naming label and URL) when it is down."""
+        import docker
+        import requests
+
+        from nightly_assets.containers.engine import engine_unreachable
+
         url = self.host(label).docker_host
         try:
             client = docker.DockerClient(base_url=url) if url else docker.from_env()
@@ -86,6 +93,8 @@ class DockerRunnerPoolResource(dg.ConfigurableResource):
             client = self.client(label)
         except EngineUnavailable as exc:
             return str(exc)
+        import docker.errors
+
         base_image = self.base_image_for(arch)
         try:
             client.images.get(base_image)
@@ -96,6 +105,8 @@ class DockerRunnerPoolResource(dg.ConfigurableResource):
         return None
 
     def devices(self, label: str) -> DeviceSpec:
+        from nightly_assets.containers.runner import DeviceSpec
+
         host = self.host(label)
         return DeviceSpec(host.gpu_vendor, host.gpus if host.gpu_vendor != "none" else 0)
 

@@ -6,6 +6,7 @@ the UI or `nightly run`; the night's rows stay as the night wrote them."""
 
 import datetime as dt
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import dagster as dg
 from pydantic import Field
@@ -20,7 +21,9 @@ from nightly_assets.stage_kinds.spec import ORCHESTRATOR, StageKind, StageParams
 from nightly_assets.stages import StageSpec, recorded_stage, stage_events
 from nightly_assets.testing.resources import LocalTestRunnerResource
 from nightly_assets.warehouse.resources import WarehouseResource
-from nightly_assets.warehouse.store import Warehouse
+
+if TYPE_CHECKING:
+    from nightly_assets.warehouse.store import Warehouse
 
 
 class CulpritSearchParams(StageParams):
@@ -71,7 +74,7 @@ def build_culprit_search_asset(spec: StageSpec) -> dg.AssetsDefinition:
     return _culprit_search
 
 
-def subjects_of(store: Warehouse, key: NightKey, max_tests: int) -> list[Subject]:
+def subjects_of(store: "Warehouse", key: NightKey, max_tests: int) -> list[Subject]:
     """The night's new failures (per suite, those that last passed on the same night) and the
     benchmark regressions confirmed on it."""
     groups: dict[tuple[str, dt.date, dt.date], list[str]] = {}

@@ -4,7 +4,7 @@ build metrics) written longer ago than that are deleted, their warehouse rows ke
 
 import datetime as dt
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
@@ -21,7 +21,9 @@ from nightly_assets.stage_kinds.spec import ORCHESTRATOR, NoParams, StageKind
 from nightly_assets.stages import StageSpec, recorded_stage
 from nightly_assets.warehouse.resources import WarehouseResource
 from nightly_assets.warehouse.rows import NightRow
-from nightly_assets.warehouse.store import Warehouse
+
+if TYPE_CHECKING:
+    from nightly_assets.warehouse.store import Warehouse
 
 SUCCEEDED = ("success", "warn")  # a night that ran whole; a later one ends a failure's keep
 
@@ -135,7 +137,7 @@ KIND = StageKind(
 def _prune_artefacts(
     context: dg.AssetExecutionContext,
     artefacts: ArtefactStoreResource,
-    store: Warehouse,
+    store: "Warehouse",
     key: NightKey,
     retention_days: int,
 ) -> list[str]:
