@@ -11,7 +11,6 @@ import yaml
 from pydantic import Field, PrivateAttr
 
 from nightly_assets.containers.ecr import EcrTokenError, ecr_token
-from nightly_assets.containers.registry import OciRegistry, RegistryError, registry_host
 from nightly_assets.settings import FromEnv, Seconds, one_of
 
 if (
@@ -19,6 +18,7 @@ if (
 ):  # the Docker SDK (and the paramiko it loads) is for a run, not for loading the code location
     import docker  # type: ignore[import-untyped]
 
+    from nightly_assets.containers.registry import OciRegistry
     from nightly_assets.containers.runner import DeviceSpec
 
 DEFAULT_BASE_IMAGE = "nightly-base/python:bookworm"
@@ -166,6 +166,8 @@ class ContainerRegistriesResource(dg.ConfigurableResource):
         return sorted(self.registries)
 
     def endpoint(self, role: str) -> RegistryEndpoint:
+        from nightly_assets.containers.registry import RegistryError  # requests: for a run only
+
         if role not in self.registries:
             configured = ", ".join(self.roles()) or "none"
             raise RegistryError(
@@ -175,6 +177,8 @@ class ContainerRegistriesResource(dg.ConfigurableResource):
         return self.registries[role]
 
     def registry(self, role: str) -> OciRegistry:
+        from nightly_assets.containers.registry import OciRegistry
+
         endpoint = self.endpoint(role)
         username, password = _credentials(role, endpoint)
         return OciRegistry(
@@ -193,6 +197,8 @@ class ContainerRegistriesResource(dg.ConfigurableResource):
 
     def host(self, role: str) -> str:
         """The role's `host[:port]` (no credentials needed to know it)."""
+        from nightly_assets.containers.registry import registry_host
+
         return registry_host(self.endpoint(role).url)
 
     def reference(self, role: str, name: str, tag: str) -> str:
@@ -208,6 +214,8 @@ class ContainerRegistriesResource(dg.ConfigurableResource):
 
 def _credentials(role: str, endpoint: RegistryEndpoint) -> tuple[str | None, str | None]:
     """Username and password for the role: configured, or ECR's short-lived token."""
+    from nightly_assets.containers.registry import RegistryError
+
     if endpoint.auth == "ecr":
         if not endpoint.aws_region:
             raise RegistryError(f"registry role '{role}': auth 'ecr' needs aws_region")
@@ -220,6 +228,8 @@ def _credentials(role: str, endpoint: RegistryEndpoint) -> tuple[str | None, str
 
 
 def _password(role: str, endpoint: RegistryEndpoint) -> str | None:
+    from nightly_assets.containers.registry import RegistryError
+
     if endpoint.password_env is None:
         return None
     value = os.environ.get(endpoint.password_env)
