@@ -3,6 +3,7 @@ It also applies the pipeline's `retention_days` to the artefacts: the stage fold
 build metrics) written longer ago than that are deleted, their warehouse rows kept."""
 
 import datetime as dt
+import functools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -122,10 +123,16 @@ def summary_freshness_policy(pipeline: Pipeline) -> dg.FreshnessPolicy:
     later. Dagster's freshness daemon judges the asset as a whole (its latest materialization of
     any night or target) and alerts only in Dagster+: the `missing_night_alerts` sensor judges each
     night x target by the same deadline and alerts."""
+    return _cron_freshness_policy(
+        pipeline.summary_deadline_cron(), pipeline.thresholds.summary_deadline_hours
+    )
+
+
+@functools.cache
+def _cron_freshness_policy(deadline_cron: str, hours: int) -> dg.FreshnessPolicy:
+    """One policy per deadline: Dagster checks each new one against 1,000 ticks of its cron."""
     return dg.FreshnessPolicy.cron(
-        deadline_cron=pipeline.summary_deadline_cron(),
-        lower_bound_delta=dt.timedelta(hours=pipeline.thresholds.summary_deadline_hours),
-        timezone="UTC",
+        deadline_cron=deadline_cron, lower_bound_delta=dt.timedelta(hours=hours), timezone="UTC"
     )
 
 
