@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from packaging.requirements import InvalidRequirement, Requirement
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
@@ -58,6 +57,11 @@ class TestDependencyParams(BaseModel):
     @field_validator("packages")
     @classmethod
     def _requirements(cls, packages: list[str]) -> list[str]:
+        from packaging.requirements import (  # only a catalog that names packages
+            InvalidRequirement,
+            Requirement,
+        )
+
         for package in packages:
             try:
                 Requirement(package)
