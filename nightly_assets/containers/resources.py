@@ -13,9 +13,9 @@ from pydantic import Field, PrivateAttr
 from nightly_assets.containers.ecr import EcrTokenError, ecr_token
 from nightly_assets.settings import FromEnv, Seconds, one_of
 
-if (
-    TYPE_CHECKING
-):  # the Docker SDK (and the paramiko it loads) is for a run, not for loading the code location
+# The Docker SDK (and the paramiko it loads) and the registry client (requests) are for a run,
+# not for loading the code location: each method imports what it uses.
+if TYPE_CHECKING:
     import docker  # type: ignore[import-untyped]
 
     from nightly_assets.containers.registry import OciRegistry
