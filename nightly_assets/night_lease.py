@@ -16,11 +16,14 @@ import os
 import socket
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import dagster as dg
 
 from nightly_assets.results import NightKey
-from nightly_assets.warehouse.store import Warehouse
+
+if TYPE_CHECKING:
+    from nightly_assets.warehouse.store import Warehouse
 
 # Statuses a run does not leave (Dagster's own list is not public).
 FINISHED_STATUSES = frozenset(

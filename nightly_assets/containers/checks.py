@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dagster as dg
 
-from nightly_assets.containers.registry import RegistryError
 from nightly_assets.containers.resources import ContainerRegistriesResource
 
 IMAGE_IN_REGISTRIES = "image_in_registries"
@@ -27,6 +26,8 @@ def image_in_registries(
     key: dg.AssetKey, registries: ContainerRegistriesResource, published: dict[str, list[str]], digest: str
 ) -> dg.AssetCheckResult:
     """Ask each registry, now, what each published tag points at."""
+    from nightly_assets.containers.registry import RegistryError  # requests: for a run only
+
     problems: list[str] = []
     found: dict[str, str] = {}
     for role, references in published.items():

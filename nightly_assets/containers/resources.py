@@ -4,20 +4,22 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import dagster as dg
-import docker  # type: ignore[import-untyped]
-import docker.errors  # type: ignore[import-untyped]
-import requests
 import yaml
 from pydantic import Field, PrivateAttr
 
 from nightly_assets.containers.ecr import EcrTokenError, ecr_token
-from nightly_assets.containers.engine import engine_unreachable
-from nightly_assets.containers.registry import OciRegistry, RegistryError, registry_host
-from nightly_assets.containers.runner import DeviceSpec
 from nightly_assets.settings import FromEnv, Seconds, one_of
+
+# The Docker SDK (and the paramiko it loads) and the registry client (requests) are for a run,
+# not for loading the code location: each method imports what it uses.
+if TYPE_CHECKING:
+    import docker  # type: ignore[import-untyped]
+
+    from nightly_assets.containers.registry import OciRegistry
+    from nightly_assets.containers.runner import DeviceSpec
 
 DEFAULT_BASE_IMAGE = "nightly-base/python:bookworm"
 
@@ -68,6 +70,11 @@ class DockerRunnerPoolResource(dg.ConfigurableResource):
 
     def client(self, label: str) -> docker.DockerClient:
         """A client for the label's engine; EngineUnavailable (naming label and URL) when it is down."""
+        import docker
+        import requests
+
+        from nightly_assets.containers.engine import engine_unreachable
+
         url = self.host(label).docker_host
         try:
             client = docker.DockerClient(base_url=url) if url else docker.from_env()
@@ -86,6 +93,8 @@ class DockerRunnerPoolResource(dg.ConfigurableResource):
             client = self.client(label)
         except EngineUnavailable as exc:
             return str(exc)
+        import docker.errors
+
         base_image = self.base_image_for(arch)
         try:
             client.images.get(base_image)
@@ -96,6 +105,8 @@ class DockerRunnerPoolResource(dg.ConfigurableResource):
         return None
 
     def devices(self, label: str) -> DeviceSpec:
+        from nightly_assets.containers.runner import DeviceSpec
+
         host = self.host(label)
         return DeviceSpec(host.gpu_vendor, host.gpus if host.gpu_vendor != "none" else 0)
 
@@ -155,6 +166,8 @@ class ContainerRegistriesResource(dg.ConfigurableResource):
         return sorted(self.registries)
 
     def endpoint(self, role: str) -> RegistryEndpoint:
+        from nightly_assets.containers.registry import RegistryError  # requests: for a run only
+
         if role not in self.registries:
             configured = ", ".join(self.roles()) or "none"
             raise RegistryError(
@@ -164,6 +177,8 @@ class ContainerRegistriesResource(dg.ConfigurableResource):
         return self.registries[role]
 
     def registry(self, role: str) -> OciRegistry:
+        from nightly_assets.containers.registry import OciRegistry
+
         endpoint = self.endpoint(role)
         username, password = _credentials(role, endpoint)
         return OciRegistry(
@@ -182,6 +197,8 @@ class ContainerRegistriesResource(dg.ConfigurableResource):
 
     def host(self, role: str) -> str:
         """The role's `host[:port]` (no credentials needed to know it)."""
+        from nightly_assets.containers.registry import registry_host
+
         return registry_host(self.endpoint(role).url)
 
     def reference(self, role: str, name: str, tag: str) -> str:
@@ -197,6 +214,8 @@ class ContainerRegistriesResource(dg.ConfigurableResource):
 
 def _credentials(role: str, endpoint: RegistryEndpoint) -> tuple[str | None, str | None]:
     """Username and password for the role: configured, or ECR's short-lived token."""
+    from nightly_assets.containers.registry import RegistryError
+
     if endpoint.auth == "ecr":
         if not endpoint.aws_region:
             raise RegistryError(f"registry role '{role}': auth 'ecr' needs aws_region")
@@ -209,6 +228,8 @@ def _credentials(role: str, endpoint: RegistryEndpoint) -> tuple[str | None, str
 
 
 def _password(role: str, endpoint: RegistryEndpoint) -> str | None:
+    from nightly_assets.containers.registry import RegistryError
+
     if endpoint.password_env is None:
         return None
     value = os.environ.get(endpoint.password_env)

@@ -18,10 +18,10 @@ from nightly_assets.results import NightKey
 from nightly_assets.sources.resources import SHA, GitSourcesResource, SourceError
 from nightly_assets.testing.resources import LocalTestRunnerResource
 from nightly_assets.warehouse.rows import Culprit
-from nightly_assets.warehouse.store import Warehouse
 
 if TYPE_CHECKING:
     from nightly_assets.stage_kinds.culprit_search import CulpritSearchParams
+    from nightly_assets.warehouse.store import Warehouse
 
 
 MAX_COMMITS = 1000  # a longer range is no night's worth of change

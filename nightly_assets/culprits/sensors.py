@@ -14,10 +14,11 @@ from nightly_assets.catalog.models import Pipeline
 from nightly_assets.partitions import partition_key
 from nightly_assets.results import NightKey
 from nightly_assets.warehouse.resources import WarehouseResource
-from nightly_assets.warehouse.store import Warehouse
 
 if TYPE_CHECKING:
     from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
+
+    from nightly_assets.warehouse.store import Warehouse
 
 LOOKBACK_NIGHTS = 3  # a night's search is due once its stages recorded; older ones stay as they are
 SENSOR_INTERVAL_S = 300

@@ -12,10 +12,11 @@ import datetime
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlsplit
 
-import requests
+if TYPE_CHECKING:  # requests on the first call: the sensors that hold a client load without it
+    import requests
 
 API_VERSION = "2022-11-28"
 PER_PAGE = 100  # GitHub's maximum: the fewest calls
@@ -70,6 +71,8 @@ class GitHubClient:
         self.calls = 0  # every request sent, 304s included
         self._origin = (split.scheme, split.netloc)
         self._token = token
+        import requests
+
         self._session = requests.Session()
         self._session.headers.update(
             {
@@ -229,6 +232,8 @@ class GitHubClient:
         body: Any = None,
         ok: tuple[int, ...] = (200,),
     ) -> requests.Response:
+        import requests
+
         url = path_or_url if "://" in path_or_url else self.api_url + path_or_url
         path = urlsplit(url).path
         self.calls += 1

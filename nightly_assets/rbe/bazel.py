@@ -16,8 +16,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-import grpc
-
 # Bazel's exit codes: 0, 3 and 4 still leave a (possibly empty) report; 34 is a remote-side failure.
 EXIT_PASSED = 0
 EXIT_TESTS_FAILED = 3
@@ -43,7 +41,6 @@ _KEPT_LOG = re.compile(r"test\.(xml|log)|attempt_\d+\.(xml|log)")
 _RUN_DIR = re.compile(r"(?:^|_)run_\d+_of_(\d+)$")  # --runs_per_test's folder (after a shard's)
 _DEFAULT_PORTS = {"grpcs": 443, "https": 443, "http": 80}
 _GET_CAPABILITIES = "/build.bazel.remote.execution.v2.Capabilities/GetCapabilities"
-_NO_ANSWER = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 _MIN_SECRET_WORD = 8
 
 
@@ -170,6 +167,8 @@ def probe(
         return f"{endpoint.url} does not answer: no TCP connection within {timeout_s:g} s ({reason})"
     if endpoint.scheme not in ("grpc", "grpcs"):
         return None
+    import grpc  # for a probe only: loading the code location does not need it
+
     target = f"{endpoint.host}:{endpoint.port}"
     channel = (
         grpc.insecure_channel(target)
@@ -181,7 +180,7 @@ def probe(
         try:
             get_capabilities(_capabilities_request(instance_name), timeout=timeout_s, wait_for_ready=True)
         except grpc.RpcError as exc:
-            if exc.code() in _NO_ANSWER:
+            if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
                 return f"{endpoint.url} does not answer gRPC within {timeout_s:g} s ({exc.code().name})"
     return None
 

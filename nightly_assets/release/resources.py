@@ -22,11 +22,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 from urllib.parse import unquote, urljoin, urlsplit
 
 import dagster as dg
-import requests
 from packaging.tags import sys_tags
 from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
 from packaging.version import Version
@@ -34,6 +33,9 @@ from pydantic import AfterValidator, ConfigDict, Field
 
 from nightly_assets.process import CommandError, run_command
 from nightly_assets.settings import FromEnv, PositiveSeconds, Seconds
+
+if TYPE_CHECKING:  # requests on the first index call: loading the code location skips it
+    import requests
 
 LOCAL = "local"
 TWINE_ENV = {
@@ -377,6 +379,8 @@ class _Upload:
         return missing, same
 
     def _get(self, url: str) -> requests.Response:
+        import requests
+
         try:
             return requests.get(
                 url, timeout=float(self.settings.http_timeout_s), headers={"Accept": "text/html"}

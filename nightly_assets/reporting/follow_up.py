@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import dagster as dg
 
@@ -26,7 +27,9 @@ from nightly_assets.reporting.resources import Alert, NotifierResource
 from nightly_assets.reporting.summary import stages_after
 from nightly_assets.results import NightKey
 from nightly_assets.warehouse.rows import NightRow
-from nightly_assets.warehouse.store import Warehouse, utc_now
+
+if TYPE_CHECKING:
+    from nightly_assets.warehouse.store import Warehouse
 
 FOLLOWED_UP_TAG = "nightly/followed_up"
 RETRY = "retry"  # FOLLOWED_UP_TAG: the follow-up failed before its warehouse work was done
@@ -221,6 +224,8 @@ def abandoned_runs(
         return None
     if any(_follow_up_pending(instance, r) for r in runs):
         return None  # its follow-up (alerts, then a summary run) is still to come
+    from nightly_assets.warehouse.store import utc_now  # SQLAlchemy: for a sensor tick, not for loading
+
     idle = utc_now() - (night.updated_at or dt.datetime.min)
     if len(runs) < len(run_ids) and idle < UNKNOWN_RUN_GRACE:
         return None  # a run of another instance may still be writing to it

@@ -8,21 +8,19 @@ once, when its deadline passes: the deadline from the pipeline's cron, and each 
 partition from Dagster's materializations. The alert says why the night is likely missing.
 """
 
+from __future__ import annotations
+
 import datetime as dt
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import dagster as dg
 
-# Not in Dagster's public API: schedule states and ticks, the scheduler's own cron iteration, and
-# the clock its freshness daemon reads (dagster's freeze_time sets it in tests).
-from dagster._core.scheduler.instigation import (
-    InstigatorState,
-    InstigatorStatus,
-    InstigatorType,
-    TickStatus,
-)
+# Not in Dagster's public API: schedule states and ticks (dagster._core.scheduler, imported where a
+# sensor tick reads them: loading the code location does not need it), the scheduler's own cron
+# iteration, and the clock its freshness daemon reads (dagster's freeze_time sets it in tests).
 from dagster._time import get_current_datetime
 from dagster._utils.schedules import cron_string_iterator
 
@@ -31,6 +29,9 @@ from nightly_assets.partitions import night_of_tick, partition_key
 from nightly_assets.reporting.alerts import PIPELINE_TAG, brief
 from nightly_assets.reporting.follow_up import send_alerts, summary_stage
 from nightly_assets.reporting.resources import Alert, NotifierResource
+
+if TYPE_CHECKING:
+    from dagster._core.scheduler.instigation import InstigatorState
 
 PARTITION_TAG = "dagster/partition"
 FIRST_LOOKBACK = dt.timedelta(days=1)  # a new sensor (or a reset cursor) judges the latest night
@@ -178,6 +179,8 @@ def _tick_outcome(
     )
     if tick is None:
         return f"{schedule.name} did not tick at {at} (the daemon was down, or the schedule was off then)"
+    from dagster._core.scheduler.instigation import TickStatus
+
     if tick.status == TickStatus.SUCCESS:
         return f"{schedule.name} ticked at {at}, yet no run of the night exists"
     why = tick.error.message if tick.error else tick.skip_reason or "no reason given"
@@ -192,6 +195,8 @@ def _latest_run(instance: dg.DagsterInstance, due: DueNight, target: str) -> dg.
 
 def schedule_states(instance: dg.DagsterInstance, location: str | None) -> dict[str, InstigatorState]:
     """The stored state of each schedule by name (none: never started nor stopped by hand, nor ticked)."""
+    from dagster._core.scheduler.instigation import InstigatorType
+
     states = instance.all_instigator_state(instigator_type=InstigatorType.SCHEDULE)
     return {
         s.instigator_name: s
@@ -203,11 +208,15 @@ def schedule_states(instance: dg.DagsterInstance, location: str | None) -> dict[
 def meant_to_run(schedule: dg.ScheduleDefinition, state: InstigatorState | None) -> bool:
     """Whether the schedule's nights are expected: the deployment runs it by default (a stopped one
     is then the cause of a missing night), or someone started it."""
+    from dagster._core.scheduler.instigation import InstigatorStatus
+
     running_by_default = schedule.default_status == dg.DefaultScheduleStatus.RUNNING
     return running_by_default or (state is not None and state.status == InstigatorStatus.RUNNING)
 
 
 def is_running(schedule: dg.ScheduleDefinition, state: InstigatorState | None) -> bool:
+    from dagster._core.scheduler.instigation import InstigatorStatus
+
     if state is None or state.status == InstigatorStatus.DECLARED_IN_CODE:
         return schedule.default_status == dg.DefaultScheduleStatus.RUNNING
     return state.status == InstigatorStatus.RUNNING

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from nightly_assets.artefacts.resources import ArtefactStoreResource, MissingArtefactError
 from nightly_assets.catalog.models import Pipeline
@@ -14,7 +15,9 @@ from nightly_assets.manifests import PerfBaselineManifest
 from nightly_assets.reporting.pytest_versions import pytest_lines
 from nightly_assets.results import CheckOutcome, NightKey, TestCase
 from nightly_assets.warehouse.rows import MachineCost, TestVerdict
-from nightly_assets.warehouse.store import Warehouse
+
+if TYPE_CHECKING:
+    from nightly_assets.warehouse.store import Warehouse
 
 NAMED_FAILURES = 10  # failing tests named per suite
 NAMED_VERDICTS = 20  # flaky and broken tests named

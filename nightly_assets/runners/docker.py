@@ -6,21 +6,10 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from pathlib import Path
-
-import docker  # type: ignore[import-untyped]
-import docker.errors  # type: ignore[import-untyped]
+from typing import TYPE_CHECKING
 
 from nightly_assets.artefacts.resources import MissingArtefactError
-from nightly_assets.containers.engine import pull_image
 from nightly_assets.containers.resources import ContainerRegistriesResource, DockerRunnerPoolResource
-from nightly_assets.containers.runner import (
-    OUT_DIR,
-    RunnerPipesClient,
-    SuiteRun,
-    program_command,
-    suite_command,
-)
-from nightly_assets.containers.wheels import build_wheels_in_container
 from nightly_assets.devices.facts import DeviceFacts
 from nightly_assets.manifests import EnvironmentManifest
 from nightly_assets.process import CommandError
@@ -41,9 +30,14 @@ from nightly_assets.testing.confirm import Rerunner, pytest_node_id
 from nightly_assets.testing.junit import parse_collect_only, parse_junit
 from nightly_assets.testing.resources import TestRunError, usable
 
+if TYPE_CHECKING:  # the Docker SDK and dagster-docker are for a run: loading the code location skips them
+    import docker  # type: ignore[import-untyped]
+
+    from nightly_assets.containers.runner import SuiteRun
+
 IMAGE_RESOURCES = {"docker_pool", "registries"}
 # Runs a suite (pytest_args, collect_only) or a program in the night's image: timeout_s, env.
-RunIn = Callable[..., SuiteRun]
+RunIn = Callable[..., "SuiteRun"]
 
 
 class ImageNotAvailable(RuntimeError):
@@ -74,6 +68,8 @@ class DockerBackend(RunnerBackend):
 
     def build_wheels(self, work: StageWork, params: WheelsParams) -> BuiltWheels:
         """Wheels from a fresh container of the builder image on the runner's Docker host."""
+        from nightly_assets.containers.wheels import build_wheels_in_container
+
         pool: DockerRunnerPoolResource = work.resources.docker_pool
         run = work.run
         pinned = work.spec.pinned_repo(work.artefacts, run.key)
@@ -225,6 +221,8 @@ def command_in_image(work: StageWork, argv: list[str], output: str, timeout_s: f
 
 def image_command(work: StageWork, argv: list[str], output: str, timeout_s: float, run_in: RunIn) -> Path:
     """`argv` by `run_in` ("python": the image's, "{output}": the file it writes, which comes back)."""
+    from nightly_assets.containers.runner import OUT_DIR
+
     python = work.env.python
     inside = f"{OUT_DIR}/{output}"
     program = [python if a == "python" else str(a).replace("{output}", inside) for a in argv]
@@ -248,6 +246,8 @@ def run_in_image(
 ) -> SuiteRun:
     """Run a pytest suite (or `program`) in the upstream image; outputs land in `out_dir`
     (default run.workdir/out)."""
+    from nightly_assets.containers.runner import RunnerPipesClient, program_command, suite_command
+
     context, environment, label = work.context, work.env, work.label
     pool: DockerRunnerPoolResource = work.resources.docker_pool
     client = pool.client(label)
@@ -276,6 +276,10 @@ def _ensure_image(
     client: docker.DockerClient, environment: EnvironmentManifest, registries: ContainerRegistriesResource
 ) -> str:
     """The image by local tag when this engine built it, else pulled from its primary registry."""
+    import docker.errors
+
+    from nightly_assets.containers.engine import pull_image
+
     for reference in (environment.local_tag, environment.reference):
         try:
             client.images.get(reference)

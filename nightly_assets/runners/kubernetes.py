@@ -14,7 +14,6 @@ import functools
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nightly_assets.containers.runner import program_command, suite_command
 from nightly_assets.kubernetes.models import KubernetesPlacement
 from nightly_assets.kubernetes.resources import KubernetesClusterResource
 from nightly_assets.runners import docker
@@ -95,6 +94,7 @@ def run_in_pod(
 ) -> PodRun:
     """A suite (or `program`) in the night's image as a pod of the work's runner; outputs land in
     `out_dir` (default run.workdir/out). The pod is appended to `pods` for the metadata."""
+    from nightly_assets.containers.runner import program_command, suite_command
     from nightly_assets.kubernetes.pods import PodSpecBuilder
 
     context, environment, run = work.context, work.env, work.run

@@ -3,18 +3,21 @@ written in the orchestrator or, on a batch runner, by an analysis job on the bat
 
 import datetime as dt
 import json
+from typing import TYPE_CHECKING
 
 import dagster as dg
 from pydantic import Field
 
 from nightly_assets.artefacts.resources import ArtefactStoreResource
-from nightly_assets.batch.report import ReportFiles, read_report_result, report_job_argv, write_report
 from nightly_assets.batch.resources import BatchSchedulerResource, job_name, require_success, target_queue
 from nightly_assets.batch.sweep import row_from_json
 from nightly_assets.manifests import SweepManifest
 from nightly_assets.stage_kinds.spec import ORCHESTRATOR, StageKind, StageParams
 from nightly_assets.stages import StageRun, StageSpec, recorded_stage
 from nightly_assets.warehouse.resources import WarehouseResource
+
+if TYPE_CHECKING:  # the report (tables and plots) is imported by the asset when it runs
+    from nightly_assets.batch.report import ReportFiles
 
 
 class AnalysisReportParams(StageParams):
@@ -33,6 +36,8 @@ def build_analysis_report_asset(spec: StageSpec) -> dg.AssetsDefinition:
         batch: BatchSchedulerResource,
     ) -> dg.MaterializeResult:
         """The sweep's results as tables and plots: a PDF, a Markdown summary and a CSV."""
+        from nightly_assets.batch.report import write_report
+
         with recorded_stage(context, spec, artefacts, warehouse) as run:
             sweep = artefacts.manifest(run.key, str(sweep_stage), SweepManifest)
             title = f"{spec.pipeline.title}: {run.key}"
@@ -64,9 +69,11 @@ def _report_job(
     sweep: SweepManifest,
     title: str,
     walltime_minutes: float,
-) -> ReportFiles:
+) -> "ReportFiles":
     """The analysis as a job on the batch machine, reading the rows from and writing into the
     stage's folder (on the file system the compute nodes share)."""
+    from nightly_assets.batch.report import read_report_result, report_job_argv
+
     rows_file = run.workdir / "sweep_rows.json"
     rows_file.write_text(json.dumps(sweep.rows))
     result = batch.run_job(

@@ -13,7 +13,7 @@ import statistics
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import dagster as dg
 from pydantic import Field, model_validator
@@ -30,7 +30,9 @@ from nightly_assets.stage_kinds.perf_baseline import assess_tonight, detector_se
 from nightly_assets.stage_kinds.spec import ORCHESTRATOR, StageKind, StageParams
 from nightly_assets.stages import StageNotAvailable, StageRun, StageSpec, recorded_devices, recorded_stage
 from nightly_assets.warehouse.resources import WarehouseResource
-from nightly_assets.warehouse.store import Warehouse
+
+if TYPE_CHECKING:
+    from nightly_assets.warehouse.store import Warehouse
 
 BENCHMARK_TIMEOUT_S = 3600
 
@@ -137,7 +139,7 @@ class Remeasure:
         runner: RunnerBackend,
         params: BenchmarksParams,
         spec: StageSpec,
-        store: Warehouse,
+        store: "Warehouse",
     ) -> None:
         self.work, self.runner, self.params, self.store = work, runner, params, store
         self.settings = detector_settings(spec.pipeline)

@@ -6,6 +6,7 @@ the UI or `nightly run`; the night's rows stay as the night wrote them."""
 
 import datetime as dt
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import dagster as dg
 from pydantic import Field
@@ -13,14 +14,16 @@ from pydantic import Field
 from nightly_assets.artefacts.resources import ArtefactStoreResource
 from nightly_assets.builds.resources import PythonBuildResource
 from nightly_assets.culprits import checks
-from nightly_assets.culprits.search import Searcher, Subject
 from nightly_assets.results import NightKey
 from nightly_assets.sources.resources import GitSourcesResource
 from nightly_assets.stage_kinds.spec import ORCHESTRATOR, StageKind, StageParams
 from nightly_assets.stages import StageSpec, recorded_stage, stage_events
 from nightly_assets.testing.resources import LocalTestRunnerResource
 from nightly_assets.warehouse.resources import WarehouseResource
-from nightly_assets.warehouse.store import Warehouse
+
+if TYPE_CHECKING:  # the search (git, builds, test runs) is imported by the asset when it runs
+    from nightly_assets.culprits.search import Subject
+    from nightly_assets.warehouse.store import Warehouse
 
 
 class CulpritSearchParams(StageParams):
@@ -42,6 +45,8 @@ def build_culprit_search_asset(spec: StageSpec) -> dg.AssetsDefinition:
         test_runner: LocalTestRunnerResource,
     ) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
         """The first bad commit of each new failure and regression of the night."""
+        from nightly_assets.culprits.search import Searcher
+
         with recorded_stage(context, spec, artefacts, warehouse) as run:
             store = warehouse.store()
             subjects = subjects_of(store, run.key, params.max_tests)
@@ -71,9 +76,11 @@ def build_culprit_search_asset(spec: StageSpec) -> dg.AssetsDefinition:
     return _culprit_search
 
 
-def subjects_of(store: Warehouse, key: NightKey, max_tests: int) -> list[Subject]:
+def subjects_of(store: "Warehouse", key: NightKey, max_tests: int) -> "list[Subject]":
     """The night's new failures (per suite, those that last passed on the same night) and the
     benchmark regressions confirmed on it."""
+    from nightly_assets.culprits.search import Subject
+
     groups: dict[tuple[str, dt.date, dt.date], list[str]] = {}
     for verdict in store.verdicts(key, state="broken"):
         if verdict.new_failure and verdict.first_bad is not None and verdict.last_good is not None:

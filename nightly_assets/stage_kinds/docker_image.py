@@ -21,7 +21,6 @@ from nightly_assets.builds.resources import PythonBuildResource
 from nightly_assets.builds.test_dependencies import TestDependencyParams
 from nightly_assets.builds.wheel_metadata import top_level_names
 from nightly_assets.containers import checks
-from nightly_assets.containers.images import ImageStage
 from nightly_assets.containers.resources import ContainerRegistriesResource, DockerRunnerPoolResource
 from nightly_assets.manifests import EnvironmentManifest, WheelsManifest
 from nightly_assets.stage_kinds.spec import RepoParams, StageKind
@@ -102,6 +101,8 @@ def build_docker_image_asset(spec: StageSpec) -> dg.AssetsDefinition:
                 }
                 run.checks.extend(checks.skipped_registry_checks(spec.key, push_to))
             else:
+                from nightly_assets.containers.images import ImageStage  # the Docker SDK: for a run only
+
                 stage = ImageStage(
                     spec=spec,
                     params=params,

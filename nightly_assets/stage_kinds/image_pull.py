@@ -4,7 +4,6 @@ import dagster as dg
 from pydantic import Field
 
 from nightly_assets.artefacts.resources import ArtefactStoreResource
-from nightly_assets.containers.engine import pull_pinned_image, reference_registry
 from nightly_assets.containers.resources import ContainerRegistriesResource, DockerRunnerPoolResource
 from nightly_assets.stage_kinds.spec import StageKind, StageParams
 from nightly_assets.stages import StageSpec, recorded_stage
@@ -27,6 +26,8 @@ def build_image_pull_asset(spec: StageSpec) -> dg.AssetsDefinition:
         warehouse: WarehouseResource,
     ) -> dg.MaterializeResult:
         """A pre-built image pulled onto the stage runner's Docker host, pinned by its digest."""
+        from nightly_assets.containers.engine import pull_pinned_image, reference_registry  # Docker SDK
+
         with recorded_stage(context, spec, artefacts, warehouse) as run:
             host = reference_registry(reference)
             role = next((r for r in registries.roles() if registries.host(r) == host), None)

@@ -3,8 +3,9 @@ It also applies the pipeline's `retention_days` to the artefacts: the stage fold
 build metrics) written longer ago than that are deleted, their warehouse rows kept."""
 
 import datetime as dt
+import functools
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
@@ -21,7 +22,9 @@ from nightly_assets.stage_kinds.spec import ORCHESTRATOR, NoParams, StageKind
 from nightly_assets.stages import StageSpec, recorded_stage
 from nightly_assets.warehouse.resources import WarehouseResource
 from nightly_assets.warehouse.rows import NightRow
-from nightly_assets.warehouse.store import Warehouse
+
+if TYPE_CHECKING:
+    from nightly_assets.warehouse.store import Warehouse
 
 SUCCEEDED = ("success", "warn")  # a night that ran whole; a later one ends a failure's keep
 
@@ -120,10 +123,16 @@ def summary_freshness_policy(pipeline: Pipeline) -> dg.FreshnessPolicy:
     later. Dagster's freshness daemon judges the asset as a whole (its latest materialization of
     any night or target) and alerts only in Dagster+: the `missing_night_alerts` sensor judges each
     night x target by the same deadline and alerts."""
+    return _cron_freshness_policy(
+        pipeline.summary_deadline_cron(), pipeline.thresholds.summary_deadline_hours
+    )
+
+
+@functools.cache
+def _cron_freshness_policy(deadline_cron: str, hours: int) -> dg.FreshnessPolicy:
+    """One policy per deadline: Dagster checks each new one against 1,000 ticks of its cron."""
     return dg.FreshnessPolicy.cron(
-        deadline_cron=pipeline.summary_deadline_cron(),
-        lower_bound_delta=dt.timedelta(hours=pipeline.thresholds.summary_deadline_hours),
-        timezone="UTC",
+        deadline_cron=deadline_cron, lower_bound_delta=dt.timedelta(hours=hours), timezone="UTC"
     )
 
 
@@ -135,7 +144,7 @@ KIND = StageKind(
 def _prune_artefacts(
     context: dg.AssetExecutionContext,
     artefacts: ArtefactStoreResource,
-    store: Warehouse,
+    store: "Warehouse",
     key: NightKey,
     retention_days: int,
 ) -> list[str]:

@@ -10,7 +10,7 @@ baseline tonight, saying what changed; a configuration that comes back (a card s
 resumes its own series."""
 
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
@@ -25,7 +25,9 @@ from nightly_assets.stage_kinds.spec import ORCHESTRATOR, NoParams, StageKind
 from nightly_assets.stages import StageSpec, recorded_stage, stage_events
 from nightly_assets.warehouse.resources import WarehouseResource
 from nightly_assets.warehouse.rows import Regression
-from nightly_assets.warehouse.store import Warehouse
+
+if TYPE_CHECKING:
+    from nightly_assets.warehouse.store import Warehouse
 
 HISTORY_NIGHTS = 180  # nights replayed: enough for the regime a benchmark is in now
 NEW_BASELINE = "new baseline"  # the state of a benchmark whose device configuration changed tonight
@@ -133,7 +135,7 @@ def detector_settings(pipeline: Pipeline) -> changepoint.Settings:
 
 
 def assess_tonight(
-    store: Warehouse,
+    store: "Warehouse",
     key: NightKey,
     name: str,
     value: float,
@@ -174,7 +176,7 @@ def _comparison(
 
 
 def _configuration_change(
-    store: Warehouse, key: NightKey, name: str, devices: DeviceFacts | None
+    store: "Warehouse", key: NightKey, name: str, devices: DeviceFacts | None
 ) -> str | None:
     """What changed since the benchmark's newest earlier night, which ran on another configuration
     than tonight's (tonight has no earlier night on its own); None when there is no earlier night."""

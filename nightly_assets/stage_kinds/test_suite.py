@@ -4,6 +4,7 @@ failures confirmed by re-runs (testing/confirm.py), its JUnit recorded and check
 import datetime as dt
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import dagster as dg
 from pydantic import Field
@@ -20,7 +21,9 @@ from nightly_assets.testing.confirm import confirm_failures
 from nightly_assets.testing.junit import report_metadata
 from nightly_assets.tpu.stage import TpuSuiteParams
 from nightly_assets.warehouse.resources import WarehouseResource
-from nightly_assets.warehouse.store import Warehouse
+
+if TYPE_CHECKING:
+    from nightly_assets.warehouse.store import Warehouse
 
 QUARANTINE_WINDOW_NIGHTS = 30  # the nights a failing test's flakiness is judged over
 
@@ -124,7 +127,7 @@ def build_test_suite_asset(spec: StageSpec) -> dg.AssetsDefinition:
 
 
 def _failing_on(
-    store: Warehouse, key: NightKey, suite: str, previous: tuple[dt.date, int] | None
+    store: "Warehouse", key: NightKey, suite: str, previous: tuple[dt.date, int] | None
 ) -> set[str]:
     """Node ids of the suite's failures on its previous night that ran (none: no such night)."""
     if previous is None:

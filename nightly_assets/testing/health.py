@@ -8,12 +8,14 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from nightly_assets.results import NightKey, TestCase
 from nightly_assets.testing.flakiness import Verdict, classify, in_quarantine
-from nightly_assets.warehouse.evidence import Histories, TestName
-from nightly_assets.warehouse.store import Warehouse
-from nightly_assets.warehouse.tables import node_key
+
+if TYPE_CHECKING:
+    from nightly_assets.warehouse.evidence import Histories, TestName
+    from nightly_assets.warehouse.store import Warehouse
 
 SHOWN = 20  # tests named per list in metadata and alerts
 MAX_QUARANTINE_LOOKUPS = 1_000  # more failures than this in one suite is no flakiness
@@ -73,6 +75,8 @@ def quarantined_failures(
     A suite failing wholesale quarantines nothing (a broken build is no flake)."""
     if not failures or len(failures) > MAX_QUARANTINE_LOOKUPS:
         return set()
+    from nightly_assets.warehouse.tables import node_key  # SQLAlchemy: for a run, not for loading
+
     keys = sorted({node_key(c.node_id) for c in failures})
     histories = store.test_histories(
         key.pipeline, key.target, until=key.night, nights=nights, suites=[suite], only={suite: keys}

@@ -9,8 +9,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from nightly_assets.tpu import ssh
-
 Reason = Literal[
     "preempted",  # the node went PREEMPTED/TERMINATED under the suite
     "vm_lost",  # the node vanished or left READY for another reason
@@ -74,6 +72,8 @@ class TpuSuite:
 
     def __post_init__(self) -> None:
         """Checked before any VM is made: a bad suite must not cost a VM."""
+        from nightly_assets.tpu import ssh  # its paramiko is for a run, not for loading the catalog
+
         ssh.remote_command(".", self.argv, self.env)  # argv and env names
         for name in self.uploads:
             ssh.check_remote_name(name, "upload")

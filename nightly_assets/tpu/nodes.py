@@ -12,11 +12,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from google.api_core import exceptions as api_exceptions
-from google.api_core import operation
-from google.api_core import retry as api_retry
-
-if TYPE_CHECKING:  # google-cloud-tpu's client costs ~0.5 s to import: only a run that calls the API pays it
+if TYPE_CHECKING:  # google's client libraries cost ~0.5 s to import: only a run that calls the API pays it
+    from google.api_core import exceptions as api_exceptions
+    from google.api_core import operation
+    from google.api_core import retry as api_retry
     from google.cloud import tpu_v2
 
 TOOL_LABEL = "nightly-assets"  # every node this tool makes carries nightly-assets=1 (the sweeper's key)
@@ -26,22 +25,6 @@ HOST_KEY_TYPES = ("ssh-ed25519", "ecdsa-sha2-nistp256", "ssh-rsa")  # pinned in 
 _LABEL_VALUE_BAD = re.compile(r"[^a-z0-9_-]+")
 _LABEL_KEY = re.compile(r"[a-z][a-z0-9_-]{0,62}")
 _NODE_ID_BAD = re.compile(r"[^a-z0-9-]+")
-# Only transient answers are retried: a 4xx on delete means the request itself is wrong.
-_TRANSIENT = api_retry.if_exception_type(
-    api_exceptions.ServiceUnavailable,
-    api_exceptions.InternalServerError,
-    api_exceptions.BadGateway,
-    api_exceptions.GatewayTimeout,
-    api_exceptions.TooManyRequests,
-    api_exceptions.DeadlineExceeded,
-    ConnectionError,
-)
-# Answers to a create that create() handles itself: asked again, or taken as done.
-_CREATE_DECIDES = (
-    api_exceptions.TooManyRequests,
-    api_exceptions.ResourceExhausted,
-    api_exceptions.AlreadyExists,
-)
 # States after which a node never gets READY again (a spot/preemptible VM that was taken back).
 GONE_STATES = frozenset({"PREEMPTED", "TERMINATED", "STOPPED", "STOPPING", "DELETING", "HIDDEN"})
 
@@ -110,6 +93,23 @@ def node_address(node: tpu_v2.Node, internal: bool) -> str:
     return str(address)
 
 
+def _transient_retry(timeout_s: float) -> api_retry.Retry:
+    """Only transient answers are retried: a 4xx on delete means the request itself is wrong."""
+    from google.api_core import exceptions as api_exceptions
+    from google.api_core import retry as api_retry
+
+    transient = api_retry.if_exception_type(
+        api_exceptions.ServiceUnavailable,
+        api_exceptions.InternalServerError,
+        api_exceptions.BadGateway,
+        api_exceptions.GatewayTimeout,
+        api_exceptions.TooManyRequests,
+        api_exceptions.DeadlineExceeded,
+        ConnectionError,
+    )
+    return api_retry.Retry(predicate=transient, initial=0.5, maximum=10.0, timeout=timeout_s)
+
+
 class TpuNodes:
     """One project's TPU nodes; `call_timeout_s` bounds every API call (the client sets none)."""
 
@@ -119,9 +119,7 @@ class TpuNodes:
         self.timeout = call_timeout_s
         # Reads and deletes are retried on transient errors; a create is not (a lost answer
         # would make the retry a 409, and the run deletes by its known node ID anyway).
-        self._retry = api_retry.Retry(
-            predicate=_TRANSIENT, initial=0.5, maximum=10.0, timeout=call_timeout_s * 3
-        )
+        self._retry = _transient_retry(call_timeout_s * 3)
 
     def parent(self, zone: str) -> str:
         return f"projects/{self.project}/locations/{zone}"
@@ -138,6 +136,8 @@ class TpuNodes:
         A 429 / RESOURCE_EXHAUSTED answer (rate limit, or no capacity now) is asked again with
         backoff for up to `retry_s`, as the API asks. Returns None when a retry found the node
         already there (an earlier attempt made it after all)."""
+        from google.api_core import exceptions as api_exceptions
+
         deadline = time.monotonic() + retry_s
         pause, attempts = 1.0, 0
         while True:
@@ -160,6 +160,7 @@ class TpuNodes:
                 pause = min(pause * 2, 60.0)
 
     def _create_once(self, request: NodeRequest, queued: bool) -> operation.Operation:
+        from google.api_core import exceptions as api_exceptions
         from google.cloud import tpu_v2
 
         node = tpu_v2.Node(
@@ -202,6 +203,8 @@ class TpuNodes:
 
     def get(self, name: str) -> tpu_v2.Node | None:
         """The node, or None when it does not exist (any more)."""
+        from google.api_core import exceptions as api_exceptions
+
         try:
             return self.client.get_node(name=name, timeout=self.timeout, retry=self._retry)
         except api_exceptions.NotFound:
@@ -209,6 +212,8 @@ class TpuNodes:
 
     def queued_state(self, name: str) -> tuple[str, str] | None:
         """A queued resource's state name and, when FAILED, why; None when it does not exist."""
+        from google.api_core import exceptions as api_exceptions
+
         try:
             resource = self.client.get_queued_resource(name=name, timeout=self.timeout, retry=self._retry)
         except api_exceptions.NotFound:
@@ -255,6 +260,8 @@ class TpuNodes:
 
     def _raise_if_creation_failed(self, request: NodeRequest, creation: operation.Operation) -> None:
         """Capacity errors often come back on the create operation, not on the create call."""
+        from google.api_core import exceptions as api_exceptions
+
         if not creation.done(retry=self._retry):
             return
         error = creation.exception()
@@ -267,6 +274,7 @@ class TpuNodes:
 
     def host_keys(self, name: str) -> dict[str, str]:
         """The SSH host keys the VM's guest agent published (type -> base64), as gcloud reads them."""
+        from google.api_core import exceptions as api_exceptions
         from google.cloud import tpu_v2
 
         try:
@@ -312,7 +320,9 @@ class TpuNodes:
         self, call: Callable[..., object], name: str, timeout_s: float, **kwargs: object
     ) -> None:
         """A delete call, retried on transient errors for up to `timeout_s`; NotFound is success."""
-        retry = api_retry.Retry(predicate=_TRANSIENT, initial=0.5, maximum=10.0, timeout=timeout_s)
+        from google.api_core import exceptions as api_exceptions
+
+        retry = _transient_retry(timeout_s)
         try:
             call(timeout=self.timeout, retry=retry, **kwargs)
         except api_exceptions.NotFound:

@@ -20,10 +20,11 @@ from pydantic import Field
 from nightly_assets.settings import FromEnv, PositiveSeconds, Seconds, one_of
 from nightly_assets.tpu.models import TpuRunOutcome, TpuSuite, TpuTarget, TpuVmSettings
 from nightly_assets.tpu.nodes import RUN_LABEL, TpuApiError, TpuNodes, TpuNotReadyError, label_value
-from nightly_assets.tpu.session import TpuVm
 
-if TYPE_CHECKING:  # imported by `client`: a code location without TPU runs never loads the SDK
+if TYPE_CHECKING:  # imported by `client` and `vm`: a code location without TPU runs never loads the SDKs
     from google.cloud import tpu_v2
+
+    from nightly_assets.tpu.session import TpuVm
 
 _log = logging.getLogger(__name__)
 
@@ -99,6 +100,8 @@ class TpuVmResource(dg.ConfigurableResource):
         log: logging.Logger | None = None,
     ) -> TpuVm:
         """A VM for one run, as a context manager: created and READY inside `with`, deleted after."""
+        from nightly_assets.tpu.session import TpuVm  # paramiko: for a run, not for loading
+
         return TpuVm(
             self.nodes(), target, self.settings(), run_id=run_id, night=night, labels=labels, log=log
         )

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import dagster as dg
 from pydantic import Field, PrivateAttr
 
 from nightly_assets.settings import Seconds
-from nightly_assets.warehouse.connection import safe_url
-from nightly_assets.warehouse.store import RETRY_S, Warehouse
+from nightly_assets.warehouse.defaults import RETRY_S
+
+if TYPE_CHECKING:  # the store (SQLAlchemy) on first use: loading the code location does not need it
+    from nightly_assets.warehouse.store import Warehouse
 
 URL_ENV = "NIGHTLY_WAREHOUSE_URL"
 
@@ -36,6 +39,8 @@ class WarehouseResource(dg.ConfigurableResource):
     def store(self) -> Warehouse:
         """The Warehouse of this resource instance, created (and its schema ensured) on first use."""
         if self._store is None:
+            from nightly_assets.warehouse.store import Warehouse
+
             self._store = Warehouse(self.url, retry_s=float(self.retry_s))
         return self._store
 
@@ -44,4 +49,6 @@ class WarehouseResource(dg.ConfigurableResource):
             self._store.dispose()
 
     def __repr__(self) -> str:
+        from nightly_assets.warehouse.connection import safe_url
+
         return f"WarehouseResource(url={safe_url(self.url)!r})"

@@ -8,21 +8,23 @@ from __future__ import annotations
 import datetime as dt
 import json
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from nightly_assets.devices.facts import DeviceFacts
 from nightly_assets.results import CheckOutcome, NightKey
-from nightly_assets.warehouse.tables import (
-    CheckTable,
-    CostTable,
-    CulpritTable,
-    DeviceFactsTable,
-    NightTable,
-    RegressionTable,
-    StageTable,
-    SuiteTable,
-    TestVerdictTable,
-)
+
+if TYPE_CHECKING:  # the tables (SQLAlchemy) only type the converters: rows are read without them
+    from nightly_assets.warehouse.tables import (
+        CheckTable,
+        CostTable,
+        CulpritTable,
+        DeviceFactsTable,
+        NightTable,
+        RegressionTable,
+        StageTable,
+        SuiteTable,
+        TestVerdictTable,
+    )
 
 
 @dataclass(frozen=True)

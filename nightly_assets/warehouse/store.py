@@ -30,6 +30,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from nightly_assets.devices.facts import DeviceFacts
 from nightly_assets.results import BenchmarkResult, CheckOutcome, NightKey, Outcome, TestCase, TestReport
 from nightly_assets.warehouse import connection, evidence, history
+from nightly_assets.warehouse.defaults import RETRY_S
 from nightly_assets.warehouse.evidence import Histories
 from nightly_assets.warehouse.history import PassRate, TestRun, batches, is_key
 from nightly_assets.warehouse.rows import (
@@ -93,7 +94,6 @@ NIGHT_RUN_TABLES: tuple[type[Any], ...] = (
 _log = logging.getLogger(__name__)
 
 WRITE_BATCH = 5_000  # test-case rows per executemany: bounds the memory a 30,000-case suite takes
-RETRY_S = 60.0  # how long a read or write keeps retrying a transient error (a database restart)
 _BACKOFF_S = (0.25, 0.5, 1.0, 2.0, 4.0)  # then 5 s between attempts
 
 
