@@ -77,9 +77,6 @@ class TestDependencyParams(BaseModel):
     @field_validator("packages")
     @classmethod
     def _requirements(cls, packages: list[str]) -> list[str]:
-        # Here, not at the top: only a catalog that names packages needs the parser.
-        from packaging.requirements import InvalidRequirement, Requirement
-
         for package in packages:
             try:
                 Requirement(package)
