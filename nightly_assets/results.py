@@ -66,7 +66,7 @@ class ReportTally:
                 failures.append(case)
             elif case.attempts > 1 and case.outcome == "passed":
                 flaky.append(case)
-        counts = {"total": outcomes.total(), **{o: outcomes[o] for o in OUTCOMES}}
+        counts: dict[str, int] = {"total": outcomes.total(), **{o: outcomes[o] for o in OUTCOMES}}
         return cls(counts, tuple(failures), tuple(flaky))
 
 

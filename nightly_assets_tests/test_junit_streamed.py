@@ -24,7 +24,9 @@ KEY = NightKey("nightly", dt.date(2024, 5, 10), "linux-x86_64")
 JUNIT = """<?xml version="1.0"?>
 <testsuites><testsuite name="pytest" time="4.5">
   <testcase classname="tests.test_a" name="test_one" time="0.5"/>
-  <testcase classname="tests.test_a" name="test_two" time="1,5"><failure message="boom">trace</failure></testcase>
+  <testcase classname="tests.test_a" name="test_two" time="1,5">
+    <failure message="boom">trace</failure>
+  </testcase>
   <testcase classname="tests.test_b" name="test_three" time="0.25"><skipped message="no GPU"/></testcase>
   <testcase classname="tests.test_b" name="test_four" time="1"><error message="fixture">x</error></testcase>
   <testcase classname="tests.test_c" name="test_retried" time="0.1"><failure message="try 1"/></testcase>
@@ -84,7 +86,9 @@ def test_streamed_files_keep_a_bad_files_error_case_and_the_bazel_labels(
     target = tmp_path / "testlogs" / "pkg" / "test_target"
     (target / "test_attempts").mkdir(parents=True)
     (target / "test_attempts" / "attempt_1.xml").write_text("")
-    (target / "test.xml").write_text('<testsuite name="pkg/test_target"><testcase name="t1" time="3"/></testsuite>')
+    (target / "test.xml").write_text(
+        '<testsuite name="pkg/test_target"><testcase name="t1" time="3"/></testsuite>'
+    )
     held, streamed = _both(parse_bazel_testlogs, tmp_path / "testlogs", "unit", monkeypatch=monkeypatch)
     _same(held, streamed)
     assert held.cases == (TestCase("//pkg:test_target::pkg/test_target", "t1", "passed", 3.0, attempts=2),)
@@ -145,9 +149,9 @@ def test_the_warehouse_writes_a_streamed_report_as_it_writes_a_held_one(
                 )
             ).all()
             evidence = connection.execute(
-                select(TestEvidenceTable.test_key, TestEvidenceTable.kind, TestEvidenceTable.outcome).order_by(
-                    TestEvidenceTable.id
-                )
+                select(
+                    TestEvidenceTable.test_key, TestEvidenceTable.kind, TestEvidenceTable.outcome
+                ).order_by(TestEvidenceTable.id)
             ).all()
         engine.dispose()
         written.append((cases, evidence))

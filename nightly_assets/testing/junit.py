@@ -4,8 +4,9 @@ JUnit is read as the tools write it: pytest (xunit1/xunit2), Bazel's test.xml, M
 Gradle (with `<flakyFailure>`/`<rerunFailure>` reruns), jest-junit, go-junit-report, CTest and
 GoogleTest, with `<testsuite>`s nested to any depth. Files are streamed through defusedxml's parser
 with a target that keeps only the open <testcase>, so memory holds the cases read so far, not the
-tree (and past STREAM_ABOVE_BYTES not even those: see streamed_cases.py); attribute values past MAX_ATTRIBUTE_BYTES are cut before the parser sees them (linear time
-whatever the shape, see junit_values.py). A test retried as the same <testcase> written again right
+tree (and past STREAM_ABOVE_BYTES not those either: see streamed_cases.py); attribute values past
+MAX_ATTRIBUTE_BYTES are cut before the parser sees them (linear time whatever the shape, see
+junit_values.py). A test retried as the same <testcase> written again right
 after (Xcode, Gradle's test-retry) is one case: its attempts the tries, its outcome the last one's.
 
 Identity (`TestCase.node_id` = classname::name): the `classname` attribute when it is set and
@@ -561,7 +562,9 @@ class _FileCases:
         if first:
             self._read_as = now
         elif now != self._read_as:
-            raise JUnitError(f"{self.path}: the file changed while its report was in use, expected it unchanged")
+            raise JUnitError(
+                f"{self.path}: the file changed while its report was in use, expected it unchanged"
+            )
         stream = JUnitStream(self.path, self.label, self.attempts, warn=first)
         case_seconds = 0.0
         faulted = False
