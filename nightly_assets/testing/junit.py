@@ -6,8 +6,8 @@ GoogleTest, with `<testsuite>`s nested to any depth. Files are streamed through 
 with a target that keeps only the open <testcase>, so memory holds the cases read so far, not the
 tree (and past STREAM_ABOVE_BYTES not those either: see streamed_cases.py); attribute values past
 MAX_ATTRIBUTE_BYTES are cut before the parser sees them (linear time whatever the shape, see
-junit_values.py). A test retried as the same <testcase> written again right
-after (Xcode, Gradle's test-retry) is one case: its attempts the tries, its outcome the last one's.
+junit_values.py). A test retried as the same <testcase> written again right after (Xcode,
+Gradle's test-retry) is one case: its attempts the tries, its outcome the last one's.
 
 Identity (`TestCase.node_id` = classname::name): the `classname` attribute when it is set and
 differs from the case's name (pytest, Surefire, Gradle, gtest, go-junit-report: unchanged from
