@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -46,8 +49,31 @@ class TestCase:
 
 
 @dataclass(frozen=True)
+class ReportTally:
+    """What a report's checks, metadata and warehouse rows read of its cases, from one pass."""
+
+    counts: dict[str, int]  # "total" and each outcome
+    failures: tuple[TestCase, ...]  # failed or error, in report order
+    flaky: tuple[TestCase, ...]  # passed after more than one attempt
+
+    @classmethod
+    def of(cls, cases: Iterable[TestCase]) -> ReportTally:
+        outcomes: Counter[str] = Counter()
+        failures, flaky = [], []
+        for case in cases:
+            outcomes[case.outcome] += 1
+            if case.outcome in ("failed", "error"):
+                failures.append(case)
+            elif case.attempts > 1 and case.outcome == "passed":
+                flaky.append(case)
+        counts: dict[str, int] = {"total": outcomes.total(), **{o: outcomes[o] for o in OUTCOMES}}
+        return cls(counts, tuple(failures), tuple(flaky))
+
+
+@dataclass(frozen=True)
 class TestReport:
-    """The parsed result of one test suite of one night."""
+    """The parsed result of one test suite of one night. `cases` is a tuple, or for a report too
+    large to hold (testing/streamed_cases.py) a sequence read again from its files on each pass."""
 
     __test__ = False
 
@@ -58,27 +84,34 @@ class TestReport:
     collect_only: bool = False
     source_files: tuple[str, ...] = field(default_factory=tuple)
 
+    @functools.cached_property
+    def tally(self) -> ReportTally:
+        """The counts, failures and flaky cases, from one pass over the cases, kept (cases are
+        immutable); streamed cases bring the tally of the pass that first read them."""
+        kept = getattr(self.cases, "tally", None)
+        return kept if isinstance(kept, ReportTally) else ReportTally.of(self.cases)
+
     def count(self, outcome: Outcome) -> int:
-        return sum(1 for c in self.cases if c.outcome == outcome)
+        return self.tally.counts[outcome]
 
     @property
     def total(self) -> int:
-        return len(self.cases)
+        return self.tally.counts["total"]
 
     @property
     def failures(self) -> tuple[TestCase, ...]:
-        return tuple(c for c in self.cases if c.outcome in ("failed", "error"))
+        return self.tally.failures
 
     @property
     def flaky(self) -> tuple[TestCase, ...]:
-        return tuple(c for c in self.cases if c.attempts > 1 and c.outcome == "passed")
+        return self.tally.flaky
 
     @property
     def passed_all(self) -> bool:
         return not self.failures
 
     def counts(self) -> dict[str, int]:
-        return {"total": self.total, **{o: self.count(o) for o in OUTCOMES}}
+        return dict(self.tally.counts)
 
 
 @dataclass(frozen=True)

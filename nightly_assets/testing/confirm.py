@@ -24,6 +24,7 @@ import dagster as dg
 from nightly_assets.results import TestCase, TestReport
 from nightly_assets.testing.flakiness import is_wholesale
 from nightly_assets.testing.junit import MAX_FAILURE_ROWS  # as many as the failures table shows
+from nightly_assets.testing.streamed_cases import replaced_cases
 
 if TYPE_CHECKING:  # the catalog imports the stage kinds, which import this module
     from nightly_assets.catalog.models import Confirm
@@ -204,7 +205,7 @@ def confirm_failures(
     done.seconds = time.monotonic() - started
     done.report = dataclasses.replace(
         report,
-        cases=tuple(merged.get(c.node_id, c) for c in report.cases),
+        cases=replaced_cases(report.cases, merged),  # type: ignore[arg-type]  # streamed stays streamed
         source_files=(*report.source_files, *(str(p) for p in done.junit)),
     )
     log(

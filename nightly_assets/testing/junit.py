@@ -4,9 +4,10 @@ JUnit is read as the tools write it: pytest (xunit1/xunit2), Bazel's test.xml, M
 Gradle (with `<flakyFailure>`/`<rerunFailure>` reruns), jest-junit, go-junit-report, CTest and
 GoogleTest, with `<testsuite>`s nested to any depth. Files are streamed through defusedxml's parser
 with a target that keeps only the open <testcase>, so memory holds the cases read so far, not the
-tree; attribute values past MAX_ATTRIBUTE_BYTES are cut before the parser sees them (linear time
-whatever the shape, see junit_values.py). A test retried as the same <testcase> written again right
-after (Xcode, Gradle's test-retry) is one case: its attempts the tries, its outcome the last one's.
+tree (and past STREAM_ABOVE_BYTES not those either: see streamed_cases.py); attribute values past
+MAX_ATTRIBUTE_BYTES are cut before the parser sees them (linear time whatever the shape, see
+junit_values.py). A test retried as the same <testcase> written again right after (Xcode,
+Gradle's test-retry) is one case: its attempts the tries, its outcome the last one's.
 
 Identity (`TestCase.node_id` = classname::name): the `classname` attribute when it is set and
 differs from the case's name (pytest, Surefire, Gradle, gtest, go-junit-report: unchanged from
@@ -41,12 +42,16 @@ from defusedxml.common import (
 
 from nightly_assets.results import Outcome, TestCase, TestReport, node_id_of
 from nightly_assets.testing.junit_values import LongValueCutter
+from nightly_assets.testing.streamed_cases import StreamedCases
 
 MAX_NAME_CHARS = 1000  # classname and name, each
 MAX_MESSAGE_CHARS = 8000
 MAX_FAILURE_ROWS = 50
 MAX_ROW_MESSAGE_CHARS = 200
 MAX_WARNINGS_PER_FILE = 20
+# Reports whose files are larger than this in all are streamed (streamed_cases.py), not held:
+# about 120,000 pytest-shaped cases, some 25 MB as TestCase objects.
+STREAM_ABOVE_BYTES = 64 << 20
 TRUNCATED = "…[truncated]"
 UNREADABLE_REPORT = "<unreadable JUnit report>"
 
@@ -85,7 +90,7 @@ class JUnitError(ValueError):
 
 def parse_junit(path: Path, suite: str, runner: str = "local") -> TestReport:
     """Parse one JUnit XML file (root <testsuites> or <testsuite>); a bad file raises JUnitError."""
-    return _parse_file(path, suite, runner)
+    return _report([_FileCases(path, "", 1, None)], suite, runner)
 
 
 def parse_junit_files(paths: Sequence[Path], suite: str, runner: str = "local") -> TestReport:
@@ -94,7 +99,7 @@ def parse_junit_files(paths: Sequence[Path], suite: str, runner: str = "local") 
     the fault and every other file's cases are kept."""
     if not paths:
         raise JUnitError(f"suite {suite!r}: no report files were found, expected at least one")
-    return _merge([_parse_file(p, suite, runner, unreadable_classname=p.name) for p in paths], suite, runner)
+    return _report([_FileCases(p, "", 1, p.name) for p in paths], suite, runner)
 
 
 def parse_bazel_testlogs(testlogs_dir: Path, suite: str, runner: str = "local") -> TestReport:
@@ -108,7 +113,7 @@ def parse_bazel_testlogs(testlogs_dir: Path, suite: str, runner: str = "local") 
             f"{testlogs_dir}: no test.xml found, expected <package>/<target>/test.xml "
             "as written by `bazel test`"
         )
-    reports = []
+    files = []
     for xml_file in xml_files:
         attempts_dir = xml_file.parent / "test_attempts"
         earlier = (
@@ -117,17 +122,9 @@ def parse_bazel_testlogs(testlogs_dir: Path, suite: str, runner: str = "local") 
             else []
         )
         label = _bazel_label(xml_file.parent.relative_to(testlogs_dir))
-        reports.append(
-            _parse_file(
-                xml_file,
-                suite,
-                runner,
-                label=label,
-                attempts=1 + len(earlier),
-                unreadable_classname=label or str(xml_file.parent.relative_to(testlogs_dir)),
-            )
-        )
-    return _merge(reports, suite, runner)
+        unreadable_classname = label or str(xml_file.parent.relative_to(testlogs_dir))
+        files.append(_FileCases(xml_file, label, 1 + len(earlier), unreadable_classname))
+    return _report(files, suite, runner)
 
 
 def iter_junit(path: Path, label: str = "", attempts: int = 1) -> Iterator[TestCase]:
@@ -141,8 +138,9 @@ class JUnitStream:
     """One pass over one JUnit file. After `cases()` is exhausted, `duration_s` holds the file's
     duration: the outermost suites' `time` when each has one, else the sum of the cases' times."""
 
-    def __init__(self, path: Path, label: str = "", attempts: int = 1) -> None:
+    def __init__(self, path: Path, label: str = "", attempts: int = 1, *, warn: bool = True) -> None:
         self.path = path
+        self.warn = warn  # off: count warnings, log none (a later pass over a file already read)
         self.label = label
         self.attempts = attempts
         self.duration_s = 0.0
@@ -161,7 +159,7 @@ class JUnitStream:
             raise JUnitError(f"{self.path}: cannot read file: {exc.strerror}") from exc
         with source:
             yield from self._walk(LongValueCutter(source, TRUNCATED.encode()))
-        if self.warnings > MAX_WARNINGS_PER_FILE:
+        if self.warn and self.warnings > MAX_WARNINGS_PER_FILE:
             _log.warning(f"{self.path}: {self.warnings - MAX_WARNINGS_PER_FILE} more warnings not shown")
         self.duration_s = self._suite_seconds if self._suite_seconds is not None else self._case_seconds
 
@@ -307,7 +305,7 @@ class JUnitStream:
 
     def _warn(self, message: str) -> None:
         self.warnings += 1
-        if self.warnings <= MAX_WARNINGS_PER_FILE:
+        if self.warn and self.warnings <= MAX_WARNINGS_PER_FILE:
             _log.warning(f"{self.path}: {message}")
 
     def _parse_error(self, exc: SafeET.ParseError, seen_root: bool) -> JUnitError:
@@ -535,43 +533,77 @@ def collection_cause(traceback: str) -> str:
     return (errors or lines or ["unknown cause"])[-1].strip()
 
 
-def _parse_file(
-    path: Path,
-    suite: str,
-    runner: str,
-    label: str = "",
-    attempts: int = 1,
-    unreadable_classname: str | None = None,
-) -> TestReport:
-    """One file's report. With `unreadable_classname`, a bad file gives the cases read before the
-    fault and one `error` case of that classname naming the fault; without it, JUnitError."""
-    stream = JUnitStream(path, label, attempts)
-    faults: list[JUnitError] = []
+class _FileCases:
+    """One file's cases, as many passes as asked for (see `__call__`); `duration_s` is the file's
+    duration once a pass has ended. With `unreadable_classname`, a bad file gives the cases read
+    before the fault and one `error` case of that classname naming the fault; without it,
+    JUnitError."""
 
-    def cases() -> Iterator[TestCase]:
+    def __init__(self, path: Path, label: str, attempts: int, unreadable_classname: str | None) -> None:
+        self.path = path
+        self.label = label
+        self.attempts = attempts
+        self.unreadable_classname = unreadable_classname
+        self.duration_s = 0.0
+        self._read_as: tuple[int, int] | None = None  # (size, mtime) at the first pass
+
+    def size(self) -> int:
         try:
-            yield from stream.cases()
+            return self.path.stat().st_size
+        except OSError:
+            return 0  # read as the parse reports it: missing, unreadable
+
+    def __call__(self) -> Iterator[TestCase]:
+        """One pass. Later passes are quiet (the first one warned) and refuse a file that changed
+        since the first, whose cases would not be the ones tallied."""
+        first = self._read_as is None
+        stat = self.path.stat() if self.path.exists() else None
+        now = (stat.st_size, stat.st_mtime_ns) if stat else (-1, -1)
+        if first:
+            self._read_as = now
+        elif now != self._read_as:
+            raise JUnitError(
+                f"{self.path}: the file changed while its report was in use, expected it unchanged"
+            )
+        stream = JUnitStream(self.path, self.label, self.attempts, warn=first)
+        case_seconds = 0.0
+        faulted = False
+        try:
+            for case in stream.cases():
+                case_seconds += case.duration_s
+                yield case
         except JUnitError as exc:
-            if unreadable_classname is None:
+            if self.unreadable_classname is None:
                 raise
-            _log.warning(str(exc))
-            faults.append(exc)
+            if first:
+                _log.warning(str(exc))
+            faulted = True
             yield TestCase(
-                classname=_cap(unreadable_classname, MAX_NAME_CHARS),
+                classname=_cap(self.unreadable_classname, MAX_NAME_CHARS),
                 name=UNREADABLE_REPORT,
                 outcome="error",
                 message=_cap(str(exc), MAX_MESSAGE_CHARS),
             )
+        self.duration_s = case_seconds if faulted else stream.duration_s
 
+
+def _report(files: Sequence[_FileCases], suite: str, runner: str) -> TestReport:
+    """The files' cases as one report: held in a tuple, or past STREAM_ABOVE_BYTES in all, read
+    again from the files on each pass (streamed_cases.py) so that memory does not grow with them."""
+
+    def cases() -> Iterator[TestCase]:
+        for file in files:
+            yield from file()
+
+    streamed = sum(f.size() for f in files) > STREAM_ABOVE_BYTES
     # Straight into the tuple: no list of every case beside it.
-    all_cases = tuple(cases())
-    duration = sum(c.duration_s for c in all_cases) if faults else stream.duration_s
+    all_cases: Sequence[TestCase] = StreamedCases(cases) if streamed else tuple(cases())
     return TestReport(
         suite=suite,
-        cases=all_cases,
+        cases=all_cases,  # type: ignore[arg-type]  # a tuple, or streamed (results.TestReport)
         runner=runner,
-        duration_s=duration,
-        source_files=(str(path),),
+        duration_s=sum(f.duration_s for f in files),
+        source_files=tuple(str(f.path) for f in files),
     )
 
 
@@ -623,16 +655,6 @@ def _bazel_label(target_dir: Path) -> str:
     if not parts:
         return ""
     return f"//{'/'.join(parts[:-1])}:{parts[-1]}"
-
-
-def _merge(reports: Sequence[TestReport], suite: str, runner: str) -> TestReport:
-    return TestReport(
-        suite=suite,
-        cases=tuple(c for r in reports for c in r.cases),
-        runner=runner,
-        duration_s=sum(r.duration_s for r in reports),
-        source_files=tuple(f for r in reports for f in r.source_files),
-    )
 
 
 def failures_markdown(failures: Sequence[TestCase]) -> str:

@@ -41,12 +41,17 @@ def record(session: Session, key: NightKey, report: TestReport, replaced: dict[i
     replaces an earlier run, each test whose outcome that run disagrees with."""
     t = TestEvidenceTable
     session.execute(delete(t).where(*is_key(t, key), t.suite == report.suite, t.kind == "retry"))
-    ran = [c for c in report.cases if c.outcome in RAN]
-    infra = is_wholesale(len(ran), sum(c.outcome in FAILED for c in ran), INFRA_SHARE)
+    counts = report.counts()
+    failed = sum(counts[o] for o in FAILED)
+    infra = is_wholesale(sum(counts[o] for o in RAN), failed, INFRA_SHARE)
     rows = []
     night = {"pipeline": key.pipeline, "night": key.night, "target": key.target, "suite": report.suite}
     compare = replaced is not None and not infra
-    for case in ran:
+    # One pass over the cases only to compare them (a large report's are read again from its
+    # files); the retries that passed are the report's flaky cases, already tallied.
+    for case in report.cases if compare else report.flaky:
+        if case.outcome not in RAN:
+            continue
         retried = case.outcome == "passed" and case.attempts > 1
         if not (retried or compare):
             continue

@@ -93,7 +93,7 @@ NIGHT_RUN_TABLES: tuple[type[Any], ...] = (
 )
 _log = logging.getLogger(__name__)
 
-WRITE_BATCH = 5_000  # test-case rows per executemany: bounds the memory a 30,000-case suite takes
+WRITE_BATCH = 10_000  # test-case rows per executemany: bounds the memory a large suite takes (a few MB)
 _BACKOFF_S = (0.25, 0.5, 1.0, 2.0, 4.0)  # then 5 s between attempts
 
 
@@ -729,10 +729,13 @@ def _key(key: NightKey) -> dict[str, Any]:
 
 def case_rows(key: NightKey, suite: str, cases: Iterable[TestCase]) -> Iterator[dict[str, Any]]:
     """The test_cases rows of a suite's cases (what record_test_report writes)."""
-    night = _key(key)
+    pipeline, night, target = key.pipeline, key.night, key.target
     for c in cases:
+        # Keys spelled out: half the time of `{**night, ...}` per row.
         yield {
-            **night,
+            "pipeline": pipeline,
+            "night": night,
+            "target": target,
             "suite": suite,
             "classname": c.classname,
             "name": c.name,
