@@ -20,7 +20,11 @@ KEY = NightKey("tpu-nightly", dt.date(2024, 5, 1), "linux-x86_64")
 
 @pytest.fixture(params=["sqlite", pytest.param("mysql", marks=pytest.mark.mysql)])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Warehouse]:
-    url = f"sqlite:///{tmp_path}/warehouse.sqlite" if request.param == "sqlite" else request.getfixturevalue("mysql_url")
+    url = (
+        f"sqlite:///{tmp_path}/warehouse.sqlite"
+        if request.param == "sqlite"
+        else request.getfixturevalue("mysql_url")
+    )
     warehouse = Warehouse(url)
     yield warehouse
     warehouse.dispose()
@@ -31,18 +35,23 @@ def _record(store: Warehouse, day: int, suite: str, outcomes: dict[str, str]) ->
     for node, outcome in outcomes.items():
         classname, _, name = node.rpartition("::")
         cases.append(TestCase(classname, name, cast(Outcome, outcome), 0.1, None))
-    store.record_test_report(NightKey(KEY.pipeline, dt.date(2024, 5, day), KEY.target), TestReport(suite, tuple(cases)))
+    store.record_test_report(
+        NightKey(KEY.pipeline, dt.date(2024, 5, day), KEY.target), TestReport(suite, tuple(cases))
+    )
 
 
 def _rates(store: Warehouse, nights: int) -> list[tuple[str, str, int, int]]:
-    return [(r.suite, r.test_id, r.passed, r.runs) for r in store.pass_rates(KEY.pipeline, KEY.target, nights, below=None)]
+    return [
+        (r.suite, r.test_id, r.passed, r.runs)
+        for r in store.pass_rates(KEY.pipeline, KEY.target, nights, below=None)
+    ]
 
 
 def _forget_tallies(store: Warehouse, day: int | None = None) -> None:
     """What a warehouse written before the tally rows holds (all nights, or `day` alone)."""
     t = TestTallyTable
     where = [] if day is None else [t.night == dt.date(2024, 5, day)]
-    with store._sessions.begin() as session:  # noqa: SLF001 - a test reaching past the API
+    with store._sessions.begin() as session:
         session.execute(delete(t).where(*where))
 
 
@@ -62,8 +71,10 @@ def test_every_tests_rates_from_tallies_are_the_case_rows_rates(store: Warehouse
                 **({"t.a::gone": "failed"} if day < 3 else {}),
             },
         )
-        _record(store, day, "other", {"t.a::always": "failed" if day == 5 else "passed"})  # same id, other suite
-    _record(store, 5, "unit", {"t.a::always": "failed", "t.a::flaky": "passed", "t.a::new": "passed"})  # replaced
+        # The same node id in another suite: another test.
+        _record(store, day, "other", {"t.a::always": "failed" if day == 5 else "passed"})
+    # The newest night's unit suite recorded again: its earlier rows and tally are replaced.
+    _record(store, 5, "unit", {"t.a::always": "failed", "t.a::flaky": "passed", "t.a::new": "passed"})
 
     expected = [
         ("unit", "broken", 0, 3),

@@ -14,8 +14,8 @@ from sqlalchemy import ColumnElement, case, func, null, select
 from sqlalchemy.orm import Session
 
 from nightly_assets.results import NightKey, Outcome, TestCase, node_id_of
-from nightly_assets.warehouse.tallies import window_tallies
 from nightly_assets.warehouse.tables import SuiteTable, TestCaseTable, node_key
+from nightly_assets.warehouse.tallies import window_tallies
 
 T = TypeVar("T")
 FAILED = ("failed", "error")
@@ -144,7 +144,9 @@ def pass_rates(
         return []
     every = below is None or below > 1
     if every and (tallied := window_tallies(session, pipeline, target, days)) is not None:
-        rates = [PassRate(suite, node_id, runs, passed) for (suite, _), (runs, passed, node_id) in tallied.items()]
+        rates = [
+            PassRate(suite, node_id, runs, passed) for (suite, _), (runs, passed, node_id) in tallied.items()
+        ]
         return sorted(rates, key=lambda r: (r.rate, r.suite, r.test_id))
     t = TestCaseTable
     in_window = [t.pipeline == pipeline, t.target == target]

@@ -27,7 +27,9 @@ RUNS = ("passed", "failed", "error")
 
 def tally_row(key: NightKey, suite: str, cases: Iterable[TestCase]) -> dict[str, Any]:
     """The ``TestTallyTable`` row of a suite's cases (what record_test_report writes with them)."""
-    passed, failed, other = [], [], []
+    passed: list[TestCase] = []
+    failed: list[TestCase] = []
+    other: list[TestCase] = []
     for case in cases:
         (passed if case.outcome == "passed" else failed if case.outcome in RUNS else other).append(case)
     ordered = passed + failed + other
@@ -52,9 +54,7 @@ def window_tallies(
     t, s = TestTallyTable, SuiteTable
     in_window: list[ColumnElement[bool]] = [t.pipeline == pipeline, t.target == target, t.night.in_(days)]
     suites = select(func.count()).where(s.pipeline == pipeline, s.target == target, s.night.in_(days))
-    rows = session.execute(
-        select(t.night, t.suite, t.passed, t.failed, t.test_keys).where(*in_window)
-    ).all()
+    rows = session.execute(select(t.night, t.suite, t.passed, t.failed, t.test_keys).where(*in_window)).all()
     if len(rows) != session.scalar(suites):
         return None
     runs: dict[str, Counter[int]] = {}
@@ -76,7 +76,9 @@ def window_tallies(
                     names[(suite, test_key)] = node_id
                     missing.discard((suite, test_key))
     return {
-        (suite, k): (n, passes[suite][k], names[(suite, k)]) for suite, counts in runs.items() for k, n in counts.items()
+        (suite, k): (n, passes[suite][k], names[(suite, k)])
+        for suite, counts in runs.items()
+        for k, n in counts.items()
     }
 
 
