@@ -8,6 +8,7 @@ import datetime as dt
 import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any, TypeVar, cast
 
 from sqlalchemy import ColumnElement, case, func, null, select
@@ -15,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from nightly_assets.results import NightKey, Outcome, TestCase, node_id_of
 from nightly_assets.warehouse.tables import SuiteTable, TestCaseTable, node_key
-from nightly_assets.warehouse.tallies import window_tallies
+from nightly_assets.warehouse.tallies import SuiteCounts, window_counts
 
 T = TypeVar("T")
 FAILED = ("failed", "error")
@@ -143,11 +144,8 @@ def pass_rates(
     if not days:
         return []
     every = below is None or below > 1
-    if every and (tallied := window_tallies(session, pipeline, target, days)) is not None:
-        rates = [
-            PassRate(suite, node_id, runs, passed) for (suite, _), (runs, passed, node_id) in tallied.items()
-        ]
-        return sorted(rates, key=lambda r: (r.rate, r.suite, r.test_id))
+    if every and (counted := window_counts(session, pipeline, target, days)) is not None:
+        return _every_rate(counted)
     t = TestCaseTable
     in_window = [t.pipeline == pipeline, t.target == target]
     candidates: dict[str, list[int | None]] = {}
@@ -176,6 +174,21 @@ def pass_rates(
         for (suite, key_), (runs, passed, row_id) in tallies.items()
     ]
     return sorted(result, key=lambda r: (r.rate, r.suite, r.test_id))
+
+
+def _every_rate(counted: dict[str, SuiteCounts]) -> list[PassRate]:
+    """Every test's rate from its suite's counts, lowest first. Grouped by (rate, suite), each
+    group sorted by node id alone: a sort of strings, several times faster than of tuples at
+    100,000 tests."""
+    groups: dict[tuple[float, str], list[PassRate]] = {}
+    for suite, (runs, failures, node_ids) in counted.items():
+        for test_key, ran in runs.items():
+            passed = ran - failures.get(test_key, 0)
+            groups.setdefault((passed / ran, suite), []).append(
+                PassRate(suite, node_ids[test_key], ran, passed)
+            )
+    by_id = attrgetter("test_id")
+    return [rate for group in sorted(groups) for rate in sorted(groups[group], key=by_id)]
 
 
 def _tallies(

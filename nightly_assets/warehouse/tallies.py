@@ -13,7 +13,7 @@ import zlib
 from array import array
 from collections import Counter
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import ColumnElement, func, select
 from sqlalchemy.orm import Session
@@ -21,8 +21,16 @@ from sqlalchemy.orm import Session
 from nightly_assets.results import NightKey, TestCase
 from nightly_assets.warehouse.tables import SuiteTable, TestTallyTable, node_key
 
-TestId = tuple[str, int]  # (suite, test_key)
 RUNS = ("passed", "failed", "error")
+
+
+class SuiteCounts(NamedTuple):
+    """A suite's tests over a window, by test key: runs (passed, failed or errored), failures
+    (failed or errored), and node ids."""
+
+    runs: Counter[int]
+    failures: Counter[int]
+    node_ids: dict[int, str]
 
 
 def tally_row(key: NightKey, suite: str, cases: Iterable[TestCase]) -> dict[str, Any]:
@@ -45,41 +53,52 @@ def tally_row(key: NightKey, suite: str, cases: Iterable[TestCase]) -> dict[str,
     }
 
 
-def window_tallies(
+def window_counts(
     session: Session, pipeline: str, target: str, days: list[dt.date]
-) -> dict[TestId, tuple[int, int, str]] | None:
-    """(runs, passed, node id) of every test that ran on `days` (newest first) of the pipeline
-    and target, from the tally rows; None when a suite of those nights has none (recorded by a
-    version without them). The node id is the one of the test's newest night."""
+) -> dict[str, SuiteCounts] | None:
+    """Per suite, how often each test that ran on `days` (newest first) of the pipeline and
+    target ran and failed, and its node id; None when a suite of those nights has no tally row
+    (recorded by a version without them)."""
     t, s = TestTallyTable, SuiteTable
-    in_window: list[ColumnElement[bool]] = [t.pipeline == pipeline, t.target == target, t.night.in_(days)]
+    of_target: list[ColumnElement[bool]] = [t.pipeline == pipeline, t.target == target]
     suites = select(func.count()).where(s.pipeline == pipeline, s.target == target, s.night.in_(days))
-    rows = session.execute(select(t.night, t.suite, t.passed, t.failed, t.test_keys).where(*in_window)).all()
+    tallied = select(t.night, t.suite, t.passed, t.failed, t.test_keys).where(*of_target, t.night.in_(days))
+    rows = session.execute(tallied).all()
     if len(rows) != session.scalar(suites):
         return None
     runs: dict[str, Counter[int]] = {}
-    passes: dict[str, Counter[int]] = {}
+    failures: dict[str, Counter[int]] = {}
     for _, suite, passed, failed, packed in rows:
         keys = _unpack(packed)
         runs.setdefault(suite, Counter()).update(keys[: passed + failed])
-        passes.setdefault(suite, Counter()).update(keys[:passed])
-    names: dict[TestId, str] = {}
-    missing = {(suite, k) for suite, counts in runs.items() for k in counts}
-    # Names from the newest night on, each night's read only while a test still lacks one.
-    for night in sorted({r[0] for r in rows}, reverse=True):
-        if not missing:
+        failures.setdefault(suite, Counter()).update(keys[passed : passed + failed])
+    nights = sorted({row[0] for row in rows}, reverse=True)
+    names = _node_ids(session, of_target, nights, {suite: set(counts) for suite, counts in runs.items()})
+    return {suite: SuiteCounts(counts, failures[suite], names[suite]) for suite, counts in runs.items()}
+
+
+def _node_ids(
+    session: Session, of_target: list[ColumnElement[bool]], nights: list[dt.date], wanted: dict[str, set[int]]
+) -> dict[str, dict[int, str]]:
+    """Per suite, the node ids of the `wanted` test keys as the newest of `nights` that ran
+    the test names it; an older night's names are read only while a test still lacks one."""
+    t = TestTallyTable
+    found: dict[str, dict[int, str]] = {suite: {} for suite in wanted}
+    for night in nights:
+        if all(keys <= found[suite].keys() for suite, keys in wanted.items()):
             break
-        named = select(t.suite, t.test_keys, t.node_ids).where(*in_window[:2], t.night == night)
+        named = select(t.suite, t.test_keys, t.node_ids).where(*of_target, t.night == night)
         for suite, packed, node_ids in session.execute(named):
-            for test_key, node_id in zip(_unpack(packed), json.loads(zlib.decompress(node_ids)), strict=True):
-                if (suite, test_key) in missing:
-                    names[(suite, test_key)] = node_id
-                    missing.discard((suite, test_key))
-    return {
-        (suite, k): (n, passes[suite][k], names[(suite, k)])
-        for suite, counts in runs.items()
-        for k, n in counts.items()
-    }
+            if suite not in wanted:
+                continue
+            night_names = dict(zip(_unpack(packed), json.loads(zlib.decompress(node_ids)), strict=True))
+            have = found[suite]
+            for test_key in wanted[suite] - have.keys() if have else ():
+                if test_key in night_names:
+                    have[test_key] = night_names[test_key]
+            if not have:  # the suite's newest night: every name it holds
+                found[suite] = night_names
+    return found
 
 
 def _pack(keys: list[int]) -> bytes:
