@@ -6,7 +6,7 @@ tonight's newly failing tests, the pass rates over the last 7 and 30 nights. Eac
 table (`COUNT(*)` of one test's rows with the indexes ignored), which is what each query cost
 before the test identity indexes. The history is bulk-loaded with multi-row INSERTs through
 SQLAlchemy (not through the store), the secondary indexes built after the load, and each suite and
-night's tally row (``tallies.tally_row``, what the store writes with a suite's cases) as well.
+night's tally row (``tallies.SuiteTally``, what the store writes with a suite's cases) as well.
 
 Database `nightly_wh_bench_history`, dropped at the end (BENCH_HISTORY_KEEP=1 keeps it and a
 later run of the same size reuses it). Sizes: BENCH_HISTORY_NIGHTS, BENCH_HISTORY_CASES.
@@ -22,10 +22,10 @@ from typing import Any, cast
 
 from sqlalchemy import Table, create_engine, delete, func, insert, select, text
 
-from nightly_assets.results import NightKey, Outcome, TestCase
+from nightly_assets.results import NightKey
 from nightly_assets.warehouse.store import Warehouse
 from nightly_assets.warehouse.tables import TestCaseTable, TestTallyTable, node_key
-from nightly_assets.warehouse.tallies import tally_row
+from nightly_assets.warehouse.tallies import SuiteTally
 
 DATABASE = "nightly_wh_bench_history"
 PIPELINE, TARGET, SUITES = "bench", "linux-x86_64", 4
@@ -87,13 +87,15 @@ def _tallies(url: str, nights: int, cases: int) -> None:
         connection.execute(delete(t))
     for night in range(nights):
         key = NightKey(PIPELINE, FIRST_NIGHT + dt.timedelta(days=night), TARGET)
-        by_suite: dict[str, list[TestCase]] = {}
-        for i, (suite, classname, name, _) in enumerate(tests):
-            outcome = cast(Outcome, _outcome(night, i))
-            by_suite.setdefault(suite, []).append(TestCase(classname, name, outcome, 0.01 * (i % 300)))
+        by_suite: dict[str, list[dict[str, Any]]] = {}
+        for i, (suite, classname, name, test_key) in enumerate(tests):
+            row = {"classname": classname, "name": name, "outcome": _outcome(night, i), "test_key": test_key}
+            by_suite.setdefault(suite, []).append(row)
+        tallies = [SuiteTally(key, suite) for suite in by_suite]
+        for tally, rows in zip(tallies, by_suite.values(), strict=True):
+            tally.add(rows)
         with engine.begin() as connection:
-            for suite, suite_cases in by_suite.items():
-                connection.execute(insert(t), [tally_row(key, suite, suite_cases)])
+            connection.execute(insert(t), [tally.row() for tally in tallies])
     print(f"    tallies {time.perf_counter() - start:6.0f} s")
     engine.dispose()
 

@@ -284,10 +284,12 @@ class Warehouse:
             for t in (SuiteTable, TestCaseTable, TestTallyTable, EarlierRunTable):
                 session.execute(delete(t).where(*is_key(t, key), t.suite == report.suite))
             session.execute(insert(SuiteTable), [suite])
-            session.execute(insert(TestTallyTable), [tallies.tally_row(key, report.suite, report.cases)])
+            tally = tallies.SuiteTally(key, report.suite)
             # Core, not ORM: one executemany per batch, however the rows' NULLs alternate.
             for rows in batches(case_rows(key, report.suite, report.cases), WRITE_BATCH):
                 session.execute(insert(table), rows)
+                tally.add(rows)
+            session.execute(insert(TestTallyTable), [tally.row()])
             evidence.record(session, key, report, replaced)
 
         self._write(write)

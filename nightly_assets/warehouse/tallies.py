@@ -12,16 +12,16 @@ import sys
 import zlib
 from array import array
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 from sqlalchemy import ColumnElement, func, select
 from sqlalchemy.orm import Session
 
-from nightly_assets.results import NightKey, TestCase
-from nightly_assets.warehouse.tables import SuiteTable, TestTallyTable, node_key
+from nightly_assets.results import NightKey, node_id_of
+from nightly_assets.warehouse.tables import SuiteTable, TestTallyTable
 
-RUNS = ("passed", "failed", "error")
+FAILED = ("failed", "error")  # with "passed", the outcomes of a test that ran
 
 
 class SuiteCounts(NamedTuple):
@@ -33,24 +33,37 @@ class SuiteCounts(NamedTuple):
     node_ids: dict[int, str]
 
 
-def tally_row(key: NightKey, suite: str, cases: Iterable[TestCase]) -> dict[str, Any]:
-    """The ``TestTallyTable`` row of a suite's cases (what record_test_report writes with them)."""
-    passed: list[TestCase] = []
-    failed: list[TestCase] = []
-    other: list[TestCase] = []
-    for case in cases:
-        (passed if case.outcome == "passed" else failed if case.outcome in RUNS else other).append(case)
-    ordered = passed + failed + other
-    return {
-        "pipeline": key.pipeline,
-        "night": key.night,
-        "target": key.target,
-        "suite": suite,
-        "passed": len(passed),
-        "failed": len(failed),
-        "test_keys": _pack([node_key(c.node_id) for c in ordered]),
-        "node_ids": zlib.compress(json.dumps([c.node_id for c in ordered]).encode(), 1),
-    }
+class SuiteTally:
+    """The ``TestTallyTable`` row of one suite's night, gathered from its test_cases rows as
+    record_test_report writes them (their test keys hashed once, for both)."""
+
+    def __init__(self, key: NightKey, suite: str) -> None:
+        self._key, self._suite = key, suite
+        self._keys: list[int] = []
+        self._outcomes: list[str] = []
+        self._node_ids: list[str] = []
+
+    def add(self, rows: Sequence[Mapping[str, Any]]) -> None:
+        self._keys += [row["test_key"] for row in rows]
+        self._outcomes += [row["outcome"] for row in rows]
+        self._node_ids += [node_id_of(row["classname"], row["name"]) for row in rows]
+
+    def row(self) -> dict[str, Any]:
+        outcomes = self._outcomes
+        passed = [i for i, outcome in enumerate(outcomes) if outcome == "passed"]
+        failed = [i for i, outcome in enumerate(outcomes) if outcome in FAILED]
+        other = [i for i, outcome in enumerate(outcomes) if outcome != "passed" and outcome not in FAILED]
+        order = passed + failed + other
+        return {
+            "pipeline": self._key.pipeline,
+            "night": self._key.night,
+            "target": self._key.target,
+            "suite": self._suite,
+            "passed": len(passed),
+            "failed": len(failed),
+            "test_keys": _pack([self._keys[i] for i in order]),
+            "node_ids": zlib.compress(json.dumps([self._node_ids[i] for i in order]).encode(), 1),
+        }
 
 
 def window_counts(
