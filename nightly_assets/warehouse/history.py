@@ -1,6 +1,7 @@
 """Test history queries of the warehouse, through the test identity indexes of tables.py: one
 test across nights, tests newly failing tonight, pass rates over a window (the store's
-`test_history`, `newly_failing` and `pass_rates` run these in its retrying session)."""
+`test_history`, `newly_failing` and `pass_rates` run these in its retrying session). Every
+test's pass rates are counted from the per-suite tally rows of tallies.py where a window has them."""
 
 from __future__ import annotations
 

@@ -93,8 +93,8 @@ def window_counts(
 def _node_ids(
     session: Session, of_target: list[ColumnElement[bool]], nights: list[dt.date], wanted: dict[str, set[int]]
 ) -> dict[str, dict[int, str]]:
-    """Per suite, the node ids of the `wanted` test keys as the newest of `nights` that ran
-    the test names it; an older night's names are read only while a test still lacks one."""
+    """Per suite, the node ids of the `wanted` test keys as the newest of `nights` holding the
+    test names them; an older night's names are read only while a test still lacks one."""
     t = TestTallyTable
     found: dict[str, dict[int, str]] = {suite: {} for suite in wanted}
     for night in nights:
