@@ -98,3 +98,17 @@ def test_a_new_run_of_the_night_clears_its_tallies(store: Warehouse) -> None:
     store.clear_night_run(NightKey(KEY.pipeline, dt.date(2024, 5, 2), KEY.target))
     assert _rates(store, 2) == [("unit", "t.a::flaky", 1, 1)]
     assert store.row_counts(NightKey(KEY.pipeline, dt.date(2024, 5, 2), KEY.target))["test_tallies"] == 0
+
+
+def test_a_test_twice_in_a_report_counts_twice_as_in_the_case_rows(store: Warehouse) -> None:
+    for day in (1, 2, 3):
+        cases = (
+            TestCase("t.a", "twice", "passed"),
+            TestCase("t.a", "twice", "failed" if day == 3 else "passed"),
+        )
+        store.record_test_report(
+            NightKey(KEY.pipeline, dt.date(2024, 5, day), KEY.target), TestReport("unit", cases)
+        )
+    assert _rates(store, 3) == [("unit", "t.a::twice", 5, 6)]
+    _forget_tallies(store)
+    assert _rates(store, 3) == [("unit", "t.a::twice", 5, 6)]

@@ -6,8 +6,10 @@ test's pass rates are counted from the per-suite tally rows of tallies.py where 
 from __future__ import annotations
 
 import datetime as dt
+import gc
 import itertools
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any, TypeVar, cast
@@ -145,8 +147,10 @@ def pass_rates(
     if not days:
         return []
     every = below is None or below > 1
-    if every and (counted := window_counts(session, pipeline, target, days)) is not None:
-        return _every_rate(counted)
+    if every:
+        with _no_collection():
+            if (counted := window_counts(session, pipeline, target, days)) is not None:
+                return _every_rate(counted)
     t = TestCaseTable
     in_window = [t.pipeline == pipeline, t.target == target]
     candidates: dict[str, list[int | None]] = {}
@@ -175,6 +179,20 @@ def pass_rates(
         for (suite, key_), (runs, passed, row_id) in tallies.items()
     ]
     return sorted(result, key=lambda r: (r.rate, r.suite, r.test_id))
+
+
+@contextmanager
+def _no_collection() -> Iterator[None]:
+    """The garbage collector paused while every test's rate is built: 100,000 new objects
+    set off collections that walk all of them (and what the caller holds) again and again,
+    as long as building them, for no garbage (they hold no cycles)."""
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if paused:
+            gc.enable()
 
 
 def _every_rate(counted: dict[str, SuiteCounts]) -> list[PassRate]:

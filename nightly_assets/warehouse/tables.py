@@ -152,11 +152,13 @@ class TestCaseTable(_Keyed, Base):
 
 
 class TestTallyTable(_Keyed, Base):
-    """One suite's tests on a night in two values, written, replaced and cleared with its
+    """One suite's tests on a night in a few values, written, replaced and cleared with its
     test_cases rows (``tallies.py``), so that every test's pass rate over a window reads one row
-    per suite and night instead of every case: `test_keys` holds each case's ``test_key`` (8 bytes,
-    little-endian), the `passed` passes first, then the `failed` failures and errors, then the
-    rest (skips, collect-only); `node_ids` their node ids in the same order (zlib, a JSON list)."""
+    per suite and night instead of every case. `test_keys` holds each case's ``test_key`` (8
+    bytes, little-endian): the `ran` that passed, failed or errored first, then the rest (skips,
+    collect-only), each part in key order, so that a suite whose tests all ran on two nights
+    holds the same bytes for both; `node_ids` their node ids in the same order (zlib, a JSON
+    list); `failed_keys` the keys of the failures and errors."""
 
     __test__ = False
     __tablename__ = "test_tallies"
@@ -166,10 +168,10 @@ class TestTallyTable(_Keyed, Base):
     )
 
     suite: Mapped[str] = mapped_column(String(NAME_LEN))
-    passed: Mapped[int]
-    failed: Mapped[int]
+    ran: Mapped[int]
     test_keys: Mapped[bytes] = mapped_column(LongBlob)
     node_ids: Mapped[bytes] = mapped_column(LongBlob)
+    failed_keys: Mapped[bytes] = mapped_column(LongBlob)
 
 
 class TestEvidenceTable(_Keyed, Base):

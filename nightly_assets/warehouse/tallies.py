@@ -21,7 +21,9 @@ from sqlalchemy.orm import Session
 from nightly_assets.results import NightKey, node_id_of
 from nightly_assets.warehouse.tables import SuiteTable, TestTallyTable
 
-FAILED = ("failed", "error")  # with "passed", the outcomes of a test that ran
+FAILED = ("failed", "error")
+RAN = ("passed", *FAILED)  # the outcomes of a test that ran
+KEY_BYTES = 8
 
 
 class SuiteCounts(NamedTuple):
@@ -49,20 +51,19 @@ class SuiteTally:
         self._node_ids += [node_id_of(row["classname"], row["name"]) for row in rows]
 
     def row(self) -> dict[str, Any]:
-        outcomes = self._outcomes
-        passed = [i for i, outcome in enumerate(outcomes) if outcome == "passed"]
-        failed = [i for i, outcome in enumerate(outcomes) if outcome in FAILED]
-        other = [i for i, outcome in enumerate(outcomes) if outcome != "passed" and outcome not in FAILED]
-        order = passed + failed + other
+        keys, outcomes = self._keys, self._outcomes
+        ran = sorted((i for i, outcome in enumerate(outcomes) if outcome in RAN), key=keys.__getitem__)
+        other = sorted((i for i, outcome in enumerate(outcomes) if outcome not in RAN), key=keys.__getitem__)
+        order = ran + other
         return {
             "pipeline": self._key.pipeline,
             "night": self._key.night,
             "target": self._key.target,
             "suite": self._suite,
-            "passed": len(passed),
-            "failed": len(failed),
-            "test_keys": _pack([self._keys[i] for i in order]),
+            "ran": len(ran),
+            "test_keys": _pack([keys[i] for i in order]),
             "node_ids": zlib.compress(json.dumps([self._node_ids[i] for i in order]).encode(), 1),
+            "failed_keys": _pack([keys[i] for i in ran if outcomes[i] in FAILED]),
         }
 
 
@@ -75,19 +76,34 @@ def window_counts(
     t, s = TestTallyTable, SuiteTable
     of_target: list[ColumnElement[bool]] = [t.pipeline == pipeline, t.target == target]
     suites = select(func.count()).where(s.pipeline == pipeline, s.target == target, s.night.in_(days))
-    tallied = select(t.night, t.suite, t.passed, t.failed, t.test_keys).where(*of_target, t.night.in_(days))
+    tallied = select(t.night, t.suite, t.ran, t.test_keys, t.failed_keys).where(*of_target, t.night.in_(days))
     rows = session.execute(tallied).all()
     if len(rows) != session.scalar(suites):
         return None
-    runs: dict[str, Counter[int]] = {}
+    ran_sets: dict[str, Counter[bytes]] = {}
     failures: dict[str, Counter[int]] = {}
-    for _, suite, passed, failed, packed in rows:
-        keys = _unpack(packed)
-        runs.setdefault(suite, Counter()).update(keys[: passed + failed])
-        failures.setdefault(suite, Counter()).update(keys[passed : passed + failed])
+    for _, suite, ran, packed, failed in rows:
+        ran_sets.setdefault(suite, Counter())[packed[: ran * KEY_BYTES]] += 1
+        failures.setdefault(suite, Counter()).update(_unpack(failed))
+    runs = {suite: _runs(sets) for suite, sets in ran_sets.items()}
     nights = sorted({row[0] for row in rows}, reverse=True)
     names = _node_ids(session, of_target, nights, {suite: set(counts) for suite, counts in runs.items()})
     return {suite: SuiteCounts(counts, failures[suite], names[suite]) for suite, counts in runs.items()}
+
+
+def _runs(ran_sets: Counter[bytes]) -> Counter[int]:
+    """How many nights each test ran, from how many nights ran each set of keys: a set that
+    recurs (the same tests ran) is counted once, not once a night."""
+    runs: Counter[int] = Counter()
+    for packed, nights in ran_sets.items():
+        keys = _unpack(packed)
+        once = dict.fromkeys(keys, nights)
+        if not runs and len(once) == len(keys):  # no key twice in a night (a collision)
+            runs.update(once)
+        else:
+            for _ in range(nights):
+                runs.update(keys)
+    return runs
 
 
 def _node_ids(
