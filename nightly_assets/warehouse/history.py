@@ -201,11 +201,11 @@ def _every_rate(counted: dict[str, SuiteCounts]) -> list[PassRate]:
     100,000 tests."""
     groups: dict[tuple[float, str], list[PassRate]] = {}
     for suite, (runs, failures, node_ids) in counted.items():
+        by_rate: dict[float, list[PassRate]] = {}
         for test_key, ran in runs.items():
             passed = ran - failures.get(test_key, 0)
-            groups.setdefault((passed / ran, suite), []).append(
-                PassRate(suite, node_ids[test_key], ran, passed)
-            )
+            by_rate.setdefault(passed / ran, []).append(PassRate(suite, node_ids[test_key], ran, passed))
+        groups.update(((rate, suite), rates) for rate, rates in by_rate.items())
     by_id = attrgetter("test_id")
     return [rate for group in sorted(groups) for rate in sorted(groups[group], key=by_id)]
 
