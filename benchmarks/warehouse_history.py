@@ -1,7 +1,8 @@
 """Warehouse queries at real scale: MariaDB holding NIGHTS nights x CASES test cases of one
 pipeline and target (default 180 x 120,000 = 21.6 M rows: 4 suites x 30,000 cases a night), then
 each question release engineers ask, answered by the store's query API: one test's history,
-tonight's newly failing tests, the pass rates over the last 7 and 30 nights. Each is timed
+tonight's newly failing tests, the pass rates over the last 7 and 30 nights (the tests below
+1.0, then every test: `nightly tests rates --all`). Each is timed
 (first run and best of three) against a baseline measured in the same run: one full scan of the
 table (`COUNT(*)` of one test's rows with the indexes ignored), which is what each query cost
 before the test identity indexes. The history is bulk-loaded with multi-row INSERTs through
