@@ -76,6 +76,7 @@ def test_report_recorded_twice_replaces_rows(warehouse: Warehouse) -> None:
         "stages": 0,
         "suites": 1,
         "test_cases": 3,
+        "test_tallies": 1,
         "test_evidence": 0,
         "earlier_runs": 0,
         "test_verdicts": 0,

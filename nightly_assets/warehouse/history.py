@@ -1,13 +1,17 @@
 """Test history queries of the warehouse, through the test identity indexes of tables.py: one
 test across nights, tests newly failing tonight, pass rates over a window (the store's
-`test_history`, `newly_failing` and `pass_rates` run these in its retrying session)."""
+`test_history`, `newly_failing` and `pass_rates` run these in its retrying session). Every
+test's pass rates are counted from the per-suite tally rows of tallies.py where a window has them."""
 
 from __future__ import annotations
 
 import datetime as dt
+import gc
 import itertools
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any, TypeVar, cast
 
 from sqlalchemy import ColumnElement, case, func, null, select
@@ -15,6 +19,7 @@ from sqlalchemy.orm import Session
 
 from nightly_assets.results import NightKey, Outcome, TestCase, node_id_of
 from nightly_assets.warehouse.tables import SuiteTable, TestCaseTable, node_key
+from nightly_assets.warehouse.tallies import SuiteCounts, window_counts
 
 T = TypeVar("T")
 FAILED = ("failed", "error")
@@ -142,6 +147,10 @@ def pass_rates(
     if not days:
         return []
     every = below is None or below > 1
+    if every:
+        with _no_collection():
+            if (counted := window_counts(session, pipeline, target, days)) is not None:
+                return _every_rate(counted)
     t = TestCaseTable
     in_window = [t.pipeline == pipeline, t.target == target]
     candidates: dict[str, list[int | None]] = {}
@@ -170,6 +179,35 @@ def pass_rates(
         for (suite, key_), (runs, passed, row_id) in tallies.items()
     ]
     return sorted(result, key=lambda r: (r.rate, r.suite, r.test_id))
+
+
+@contextmanager
+def _no_collection() -> Iterator[None]:
+    """The garbage collector paused while every test's rate is built: 100,000 new objects
+    set off collections that walk all of them (and what the caller holds) again and again,
+    as long as building them, for no garbage (they hold no cycles)."""
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if paused:
+            gc.enable()
+
+
+def _every_rate(counted: dict[str, SuiteCounts]) -> list[PassRate]:
+    """Every test's rate from its suite's counts, lowest first. Grouped by (rate, suite), each
+    group sorted by node id alone: a sort of strings, several times faster than of tuples at
+    100,000 tests."""
+    groups: dict[tuple[float, str], list[PassRate]] = {}
+    for suite, (runs, failures, node_ids) in counted.items():
+        by_rate: dict[float, list[PassRate]] = {}
+        for test_key, ran in runs.items():
+            passed = ran - failures.get(test_key, 0)
+            by_rate.setdefault(passed / ran, []).append(PassRate(suite, node_ids[test_key], ran, passed))
+        groups.update(((rate, suite), rates) for rate, rates in by_rate.items())
+    by_id = attrgetter("test_id")
+    return [rate for group in sorted(groups) for rate in sorted(groups[group], key=by_id)]
 
 
 def _tallies(

@@ -29,7 +29,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from nightly_assets.devices.facts import DeviceFacts
 from nightly_assets.results import BenchmarkResult, CheckOutcome, NightKey, Outcome, TestCase, TestReport
-from nightly_assets.warehouse import connection, evidence, history
+from nightly_assets.warehouse import connection, evidence, history, tallies
 from nightly_assets.warehouse.defaults import RETRY_S
 from nightly_assets.warehouse.evidence import Histories
 from nightly_assets.warehouse.history import PassRate, TestRun, batches, is_key
@@ -73,6 +73,7 @@ from nightly_assets.warehouse.tables import (
     SuiteTable,
     TestCaseTable,
     TestEvidenceTable,
+    TestTallyTable,
     TestVerdictTable,
     node_key,
 )
@@ -84,6 +85,7 @@ NIGHT_RUN_TABLES: tuple[type[Any], ...] = (
     CheckTable,
     SuiteTable,
     TestCaseTable,
+    TestTallyTable,
     TestVerdictTable,
     BenchmarkTable,
     DeviceFactsTable,
@@ -279,12 +281,15 @@ class Warehouse:
             # No rows: a new run's sources stage cleared the earlier run's, and kept its outcomes.
             if session.scalar(select(s.id).where(*is_key(s, key), s.suite == report.suite)) is None:
                 replaced = _earlier_run_stash(session, key, report.suite)
-            for t in (SuiteTable, TestCaseTable, EarlierRunTable):
+            for t in (SuiteTable, TestCaseTable, TestTallyTable, EarlierRunTable):
                 session.execute(delete(t).where(*is_key(t, key), t.suite == report.suite))
             session.execute(insert(SuiteTable), [suite])
+            tally = tallies.SuiteTally(key, report.suite)
             # Core, not ORM: one executemany per batch, however the rows' NULLs alternate.
             for rows in batches(case_rows(key, report.suite, report.cases), WRITE_BATCH):
                 session.execute(insert(table), rows)
+                tally.add(rows)
+            session.execute(insert(TestTallyTable), [tally.row()])
             evidence.record(session, key, report, replaced)
 
         self._write(write)

@@ -18,7 +18,18 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 
-from sqlalchemy import BigInteger, Date, DateTime, Double, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import (
+    BigInteger,
+    Date,
+    DateTime,
+    Double,
+    Index,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+    UniqueConstraint,
+)
 from sqlalchemy.dialects import mysql
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -33,6 +44,7 @@ CONFIG_KEY_LEN = 16  # DeviceFacts.key(): 16 hex digits
 
 Id = BigInteger().with_variant(Integer(), "sqlite")  # SQLite autoincrements INTEGER keys only
 LongText = Text().with_variant(mysql.MEDIUMTEXT(), "mysql", "mariadb")
+LongBlob = LargeBinary().with_variant(mysql.LONGBLOB(), "mysql", "mariadb")  # BLOB stops at 64 KiB
 
 _MYSQL_OPTIONS = {
     "mysql_engine": "InnoDB",
@@ -137,6 +149,29 @@ class TestCaseTable(_Keyed, Base):
     attempts: Mapped[int]
     # NULL only while an older warehouse is being migrated (the store fills it in at start).
     test_key: Mapped[int | None] = mapped_column(BigInteger)
+
+
+class TestTallyTable(_Keyed, Base):
+    """One suite's tests on a night in a few values, written, replaced and cleared with its
+    test_cases rows (``tallies.py``), so that every test's pass rate over a window reads one row
+    per suite and night instead of every case. `test_keys` holds each case's ``test_key`` (8
+    bytes, little-endian): the `ran` that passed, failed or errored first, then the rest (skips,
+    collect-only), each part in key order, so that a suite whose tests all ran on two nights
+    holds the same bytes for both; `node_ids` their node ids in the same order (zlib, a JSON
+    list); `failed_keys` the keys of the failures and errors."""
+
+    __test__ = False
+    __tablename__ = "test_tallies"
+    __table_args__ = (
+        UniqueConstraint("pipeline", "night", "target", "suite", name="uq_test_tallies_key"),
+        _MYSQL_OPTIONS,
+    )
+
+    suite: Mapped[str] = mapped_column(String(NAME_LEN))
+    ran: Mapped[int]
+    test_keys: Mapped[bytes] = mapped_column(LongBlob)
+    node_ids: Mapped[bytes] = mapped_column(LongBlob)
+    failed_keys: Mapped[bytes] = mapped_column(LongBlob)
 
 
 class TestEvidenceTable(_Keyed, Base):
@@ -338,6 +373,7 @@ ALL_TABLES: tuple[type[Base], ...] = (
     StageTable,
     SuiteTable,
     TestCaseTable,
+    TestTallyTable,
     TestEvidenceTable,
     EarlierRunTable,
     TestVerdictTable,
