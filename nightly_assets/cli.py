@@ -142,8 +142,9 @@ class SettingsError(ValueError):
 
 
 @contextlib.contextmanager
-def _resources() -> Iterator[Any]:
-    """The code location's resources as a run sees them: EnvVars resolved, nested resources built."""
+def _resources(instance: dg.DagsterInstance) -> Iterator[Any]:
+    """The code location's resources as a run sees them: EnvVars resolved, nested resources built
+    (on `instance`: without one, Dagster would make an ephemeral instance for them)."""
     import dagster as dg
 
     from nightly_assets.resources import resources_for
@@ -154,7 +155,7 @@ def _resources() -> Iterator[Any]:
     if unset:
         raise SettingsError(f"resources ({nightly_env()}): {_unset_message(unset)}")
     try:
-        with dg.build_resources(definitions) as resources:
+        with dg.build_resources(definitions, instance=instance) as resources:
             yield resources
     except dg.DagsterInvalidConfigError as exc:
         raise SettingsError(f"resources ({nightly_env()}): {_config_error(exc)}") from None
@@ -301,7 +302,7 @@ def _run(catalog: Catalog, name: str, night_text: str, target: str | None) -> in
     inst = instance(catalog)
     _sigterm_as_interrupt()
     worst = 0
-    with _resources() as resources:
+    with _resources(inst) as resources:
         store = resources.warehouse.store()
         for t in targets:
             key = NightKey(name, night, t)
@@ -348,7 +349,7 @@ def _culprits(catalog: Catalog, name: str, night_text: str, target: str | None) 
     inst = instance(catalog)
     _sigterm_as_interrupt()
     worst = 0
-    with _resources() as resources:
+    with _resources(inst) as resources:
         store = resources.warehouse.store()
         for t in targets:
             key = NightKey(name, night, t)
