@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
+import gc
 import json
 import logging
 import os
@@ -57,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--port", type=int, default=3001)
     args = parser.parse_args(argv)
     try:
-        code = _command(args)
+        code = _command(args, own_process=argv is None)
         sys.stdout.flush()  # here, where a reader that has gone is caught, not at exit
         if argv is None:  # the process's own command line: it exits next
             _skip_collection_at_exit()
@@ -75,13 +76,22 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
-def _skip_collection_at_exit() -> None:
-    """A run leaves Dagster's and the stages' objects behind (over a million); the garbage collector
-    walking them while the interpreter shuts down costs a `nightly run` a second or more. The
-    process is ending: its output is flushed, the warehouse and Dagster have committed, atexit
-    handlers still run; only objects in reference cycles are left to the OS to free."""
-    import gc
+def _night_begins() -> None:
+    """Starting up (Dagster, the catalog, the definitions, the instance) makes some 400,000 objects
+    that live as long as the process: collecting garbage while they are made finds next to none and costs a
+    `nightly run` over half a second, and each full collection during the night would walk them
+    all again. Where `_command` turned collection off for starting up, they are frozen (never
+    walked again) and collection resumes for what the night makes."""
+    if not gc.isenabled():
+        gc.freeze()
+        gc.enable()
 
+
+def _skip_collection_at_exit() -> None:
+    """A run leaves Dagster's and the stages' objects behind; the garbage collector walking them
+    while the interpreter shuts down costs a `nightly run` a second or more. The process is ending:
+    its output is flushed, the warehouse and Dagster have committed, atexit handlers still run;
+    only objects in reference cycles are left to the OS to free."""
     gc.disable()
     gc.freeze()
 
@@ -94,13 +104,16 @@ def _user_errors() -> tuple[type[Exception], ...]:
     return (CatalogError, UsageError, WarehouseError, SettingsError, history_cli.TargetError)
 
 
-def _command(args: argparse.Namespace) -> int:
-    """Run the parsed command; its exit status."""
+def _command(args: argparse.Namespace, own_process: bool = False) -> int:
+    """Run the parsed command; its exit status. `own_process`: the command is this process's own
+    command line (not a call from Python), so it may tune the process's garbage collection."""
     if args.command in ("status", "tests"):  # questions to the warehouse: no dagster, no resources
         outline = _catalog_outline()
         if args.command == "tests":
             return _tests(outline, args)
         return _status(outline, args.pipeline, args.json)
+    if own_process and args.command in ("run", "culprits"):
+        gc.disable()  # until `_night_begins`: what starting up makes lives as long as the process
     import dagster as dg  # the catalog's stage kinds import it anyway
 
     from nightly_assets.catalog.loader import load_catalog
@@ -304,6 +317,7 @@ def _run(catalog: Catalog, name: str, night_text: str, target: str | None) -> in
     worst = 0
     with _resources(inst) as resources:
         store = resources.warehouse.store()
+        _night_begins()
         for t in targets:
             key = NightKey(name, night, t)
             print(f"== {key}: materializing {nightly_job_name(name)} (instance {os.environ['DAGSTER_HOME']})")
@@ -351,6 +365,7 @@ def _culprits(catalog: Catalog, name: str, night_text: str, target: str | None) 
     worst = 0
     with _resources(inst) as resources:
         store = resources.warehouse.store()
+        _night_begins()
         for t in targets:
             key = NightKey(name, night, t)
             print(f"== {key}: {culprit_job_name(name)}")
