@@ -240,8 +240,12 @@ def instance(catalog: Catalog) -> dg.DagsterInstance:
 
     write_instance_config()
     inst = dg.DagsterInstance.get()
+    storage = inst.event_log_storage
+    # One read; a write (a transaction each) only for a pool whose limit the catalog changed.
+    limits = {p.name: p.limit for p in storage.get_pool_limits() if not p.from_default}
     for pool, limit in catalog.pools.items():
-        inst.event_log_storage.set_concurrency_slots(pool, limit)
+        if limits.get(pool) != limit:
+            storage.set_concurrency_slots(pool, limit)
     return inst
 
 

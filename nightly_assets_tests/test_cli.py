@@ -458,3 +458,16 @@ def test_a_night_freezes_what_starting_up_made_and_collects_garbage_again(dagste
     finally:
         gc.unfreeze()
         gc.enable()
+
+
+def test_the_instance_takes_the_catalogs_pool_limits_and_a_changed_one(dagster_home):
+    import nightly_assets.cli as cli
+    from nightly_assets.catalog.loader import load_catalog
+
+    catalog = load_catalog()
+    instance = cli.instance(catalog)
+    for pool, limit in catalog.pools.items():
+        assert instance.event_log_storage.get_concurrency_info(pool).slot_count == limit, pool
+    changed = catalog.model_copy(update={"pools": {**catalog.pools, "gpu": catalog.pools["gpu"] + 2}})
+    instance = cli.instance(changed)
+    assert instance.event_log_storage.get_concurrency_info("gpu").slot_count == catalog.pools["gpu"] + 2
