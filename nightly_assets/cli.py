@@ -155,15 +155,14 @@ class SettingsError(ValueError):
 
 
 @contextlib.contextmanager
-def _resources(instance: dg.DagsterInstance) -> Iterator[Any]:
-    """The code location's resources as a run sees them: EnvVars resolved, nested resources built
-    (on `instance`: without one, Dagster would make an ephemeral instance for them)."""
+def _resources(instance: dg.DagsterInstance, definitions: dict[str, Any]) -> Iterator[Any]:
+    """The code location's resources (`definitions`, from `resources_for`) as a run sees them:
+    EnvVars resolved, nested resources built (on `instance`: without one, Dagster would make an
+    ephemeral instance for them)."""
     import dagster as dg
 
-    from nightly_assets.resources import resources_for
-    from nightly_assets.settings import env_var_names, nightly_env, nightly_home
+    from nightly_assets.settings import env_var_names, nightly_env
 
-    definitions = resources_for(nightly_env(), nightly_home())
     unset = sorted(name for name in env_var_names(definitions) if not os.environ.get(name))
     if unset:
         raise SettingsError(f"resources ({nightly_env()}): {_unset_message(unset)}")
@@ -319,7 +318,7 @@ def _run(catalog: Catalog, name: str, night_text: str, target: str | None) -> in
     inst = instance(catalog)
     _sigterm_as_interrupt()
     worst = 0
-    with _resources(inst) as resources:
+    with _resources(inst, definitions) as resources:
         store = resources.warehouse.store()
         _night_begins()
         for t in targets:
@@ -363,11 +362,12 @@ def _culprits(catalog: Catalog, name: str, night_text: str, target: str | None) 
     from nightly_assets.results import NightKey
     from nightly_assets.settings import nightly_env, nightly_home
 
-    defs = pipeline_definitions(catalog, pipeline, resources_for(nightly_env(), nightly_home()))
+    definitions = resources_for(nightly_env(), nightly_home())
+    defs = pipeline_definitions(catalog, pipeline, definitions)
     inst = instance(catalog)
     _sigterm_as_interrupt()
     worst = 0
-    with _resources(inst) as resources:
+    with _resources(inst, definitions) as resources:
         store = resources.warehouse.store()
         _night_begins()
         for t in targets:
