@@ -165,7 +165,7 @@ def main() -> dict[str, float]:
         uv_s, pip_s = _environments(root)
     night_s, direct_s = statistics.median(nights), statistics.median(directs)
     print(
-        f"third_party_night: itsdangerous night {night_s:.2f} s (`nightly run`), direct venv + pip + "
+        f"third_party_night: itsdangerous night {night_s:.2f} s (`nightly run`), direct clone + venv + pip + "
         f"pytest {direct_s:.2f} s: {night_s / direct_s:.2f}x (target <= 1.15x; median of {REPEATS})"
     )
     print(
