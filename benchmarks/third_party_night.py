@@ -1,9 +1,12 @@
 """A real project's night against what a developer runs by hand, in one run: the vendored
 itsdangerous (flit_core backend, test requirements file) as a catalog pipeline run by `nightly run`
-(sources, wheels, environment, tests, summary), and a direct `python -m venv` + `pip install` of the
-same commit + `pytest`. Both offline from the repository's wheelhouse, taking turns, median of
-REPEATS; target: the night within 1.15x of the direct run. Also the environment stage's installer
-alone: uv against pip, filling the same environment from the same wheelhouse.
+(sources, wheels, environment, tests, summary), and by hand: `git clone` of the same commit,
+`python -m venv`, `pip install` of the clone (pip builds its wheel with flit_core in an isolated
+environment, as the wheels stage does) with the test requirements, `pytest`. The same work on both
+sides: a clone, a wheel built from it, the same test dependencies, the same tests. Both offline from
+the repository's wheelhouse, taking turns, median of REPEATS; target: the night within 1.15x of the
+direct run. Also the environment stage's installer alone: uv against pip, filling the same
+environment from the same wheelhouse.
 """
 
 from __future__ import annotations
@@ -81,8 +84,10 @@ def _night(root: Path, env: dict[str, str], night: str) -> float:
 
 
 def _direct(root: Path, upstream: Path, turn: int) -> float:
-    """A developer's run: a venv, the project and its test requirements by pip, then pytest."""
+    """A developer's run: a clone, a venv, the project and its test requirements by pip, then pytest."""
     start = time.perf_counter()
+    checkout = root / f"direct-{turn}-checkout"
+    subprocess.run(["git", "clone", "--quiet", "--", upstream, checkout], check=True)
     venv = root / f"direct-{turn}"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
     pip: list[str | Path] = [
@@ -96,13 +101,13 @@ def _direct(root: Path, upstream: Path, turn: int) -> float:
         "--no-index",
     ]
     subprocess.run(
-        [*pip, "--find-links", REPO_WHEELHOUSE, "-r", upstream / "requirements/tests.txt", upstream],
+        [*pip, "--find-links", REPO_WHEELHOUSE, "-r", checkout / "requirements/tests.txt", checkout],
         check=True,
         env={"PATH": os.environ["PATH"], "HOME": str(root), "PIP_CONFIG_FILE": os.devnull},
     )
     subprocess.run(
         [venv / "bin/python", "-m", "pytest", "-q", "-p", "no:cacheprovider"],
-        cwd=upstream,
+        cwd=checkout,
         check=True,
         capture_output=True,
     )
@@ -160,7 +165,7 @@ def main() -> dict[str, float]:
         uv_s, pip_s = _environments(root)
     night_s, direct_s = statistics.median(nights), statistics.median(directs)
     print(
-        f"third_party_night: itsdangerous night {night_s:.2f} s (`nightly run`), direct venv + pip + "
+        f"third_party_night: itsdangerous night {night_s:.2f} s (`nightly run`), direct clone + venv + pip + "
         f"pytest {direct_s:.2f} s: {night_s / direct_s:.2f}x (target <= 1.15x; median of {REPEATS})"
     )
     print(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
+import gc
 import json
 import logging
 import os
@@ -57,8 +58,10 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--port", type=int, default=3001)
     args = parser.parse_args(argv)
     try:
-        code = _command(args)
+        code = _command(args, own_process=argv is None)
         sys.stdout.flush()  # here, where a reader that has gone is caught, not at exit
+        if argv is None:  # the process's own command line: it exits next
+            _skip_collection_at_exit()
         return code
     except BrokenPipeError:
         # The reader stopped early (`nightly status | head`): it has what it asked for. What is
@@ -73,6 +76,26 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
+def _night_begins() -> None:
+    """Starting up (Dagster, the catalog, the definitions, the instance) makes some 400,000 objects
+    that live as long as the process: collecting garbage while they are made finds next to none and costs a
+    `nightly run` over half a second, and each full collection during the night would walk them
+    all again. Where `_command` turned collection off for starting up, they are frozen (never
+    walked again) and collection resumes for what the night makes."""
+    if not gc.isenabled():
+        gc.freeze()
+        gc.enable()
+
+
+def _skip_collection_at_exit() -> None:
+    """A run leaves Dagster's and the stages' objects behind; the garbage collector walking them
+    while the interpreter shuts down costs a `nightly run` a second or more. The process is ending:
+    its output is flushed, the warehouse and Dagster have committed, atexit handlers still run;
+    only objects in reference cycles are left to the OS to free."""
+    gc.disable()
+    gc.freeze()
+
+
 def _user_errors() -> tuple[type[Exception], ...]:
     """The errors that are the user's to fix: one line and exit 2, no traceback."""
     from nightly_assets.catalog.loader import CatalogError
@@ -81,13 +104,16 @@ def _user_errors() -> tuple[type[Exception], ...]:
     return (CatalogError, UsageError, WarehouseError, SettingsError, history_cli.TargetError)
 
 
-def _command(args: argparse.Namespace) -> int:
-    """Run the parsed command; its exit status."""
+def _command(args: argparse.Namespace, own_process: bool = False) -> int:
+    """Run the parsed command; its exit status. `own_process`: the command is this process's own
+    command line (not a call from Python), so it may tune the process's garbage collection."""
     if args.command in ("status", "tests"):  # questions to the warehouse: no dagster, no resources
         outline = _catalog_outline()
         if args.command == "tests":
             return _tests(outline, args)
         return _status(outline, args.pipeline, args.json)
+    if own_process and args.command in ("run", "culprits"):
+        gc.disable()  # until `_night_begins`: what starting up makes lives as long as the process
     import dagster as dg  # the catalog's stage kinds import it anyway
 
     from nightly_assets.catalog.loader import load_catalog
@@ -129,19 +155,19 @@ class SettingsError(ValueError):
 
 
 @contextlib.contextmanager
-def _resources() -> Iterator[Any]:
-    """The code location's resources as a run sees them: EnvVars resolved, nested resources built."""
+def _resources(instance: dg.DagsterInstance, definitions: dict[str, Any]) -> Iterator[Any]:
+    """The code location's resources (`definitions`, from `resources_for`) as a run sees them:
+    EnvVars resolved, nested resources built (on `instance`: without one, Dagster would make an
+    ephemeral instance for them)."""
     import dagster as dg
 
-    from nightly_assets.resources import resources_for
-    from nightly_assets.settings import env_var_names, nightly_env, nightly_home
+    from nightly_assets.settings import env_var_names, nightly_env
 
-    definitions = resources_for(nightly_env(), nightly_home())
     unset = sorted(name for name in env_var_names(definitions) if not os.environ.get(name))
     if unset:
         raise SettingsError(f"resources ({nightly_env()}): {_unset_message(unset)}")
     try:
-        with dg.build_resources(definitions) as resources:
+        with dg.build_resources(definitions, instance=instance) as resources:
             yield resources
     except dg.DagsterInvalidConfigError as exc:
         raise SettingsError(f"resources ({nightly_env()}): {_config_error(exc)}") from None
@@ -213,8 +239,12 @@ def instance(catalog: Catalog) -> dg.DagsterInstance:
 
     write_instance_config()
     inst = dg.DagsterInstance.get()
+    storage = inst.event_log_storage
+    # One read; a write (a transaction each) only for a pool whose limit the catalog changed.
+    limits = {p.name: p.limit for p in storage.get_pool_limits() if not p.from_default}
     for pool, limit in catalog.pools.items():
-        inst.event_log_storage.set_concurrency_slots(pool, limit)
+        if limits.get(pool) != limit:
+            storage.set_concurrency_slots(pool, limit)
     return inst
 
 
@@ -276,8 +306,6 @@ def _run(catalog: Catalog, name: str, night_text: str, target: str | None) -> in
     pipeline = _pipeline(catalog, name)
     night = _night(pipeline, night_text)
     targets = _targets(pipeline, target)
-    from nightly_assets.catalog.loader import catalog_dir
-    from nightly_assets.definitions import build_definitions  # loads the whole graph: only when running
     from nightly_assets.night import run_night
     from nightly_assets.pipelines import nightly_job_name
     from nightly_assets.reporting.summary import night_summary
@@ -285,13 +313,14 @@ def _run(catalog: Catalog, name: str, night_text: str, target: str | None) -> in
     from nightly_assets.results import NightKey
     from nightly_assets.settings import nightly_env, nightly_home
 
-    defs = build_definitions(catalog_dir())
+    definitions = resources_for(nightly_env(), nightly_home())
+    defs = pipeline_definitions(catalog, pipeline, definitions)
     inst = instance(catalog)
     _sigterm_as_interrupt()
     worst = 0
-    definitions = resources_for(nightly_env(), nightly_home())
-    with _resources() as resources:
+    with _resources(inst, definitions) as resources:
         store = resources.warehouse.store()
+        _night_begins()
         for t in targets:
             key = NightKey(name, night, t)
             print(f"== {key}: materializing {nightly_job_name(name)} (instance {os.environ['DAGSTER_HOME']})")
@@ -324,21 +353,23 @@ def _culprits(catalog: Catalog, name: str, night_text: str, target: str | None) 
         raise UsageError(f"pipeline '{name}' has no culprit_search stage (see the README's Culprit search)")
     night = _night(pipeline, night_text)
     targets = _targets(pipeline, target)
-    from nightly_assets.catalog.loader import catalog_dir
     from nightly_assets.culprits.checks import culprit_line
     from nightly_assets.culprits.sensors import culprit_job_name
-    from nightly_assets.definitions import build_definitions
     from nightly_assets.night import execute_partition
     from nightly_assets.reporting.alerts import record_sent
     from nightly_assets.reporting.follow_up import follow_up_run
+    from nightly_assets.resources import resources_for
     from nightly_assets.results import NightKey
+    from nightly_assets.settings import nightly_env, nightly_home
 
-    defs = build_definitions(catalog_dir())
+    definitions = resources_for(nightly_env(), nightly_home())
+    defs = pipeline_definitions(catalog, pipeline, definitions)
     inst = instance(catalog)
     _sigterm_as_interrupt()
     worst = 0
-    with _resources() as resources:
+    with _resources(inst, definitions) as resources:
         store = resources.warehouse.store()
+        _night_begins()
         for t in targets:
             key = NightKey(name, night, t)
             print(f"== {key}: {culprit_job_name(name)}")
@@ -352,6 +383,21 @@ def _culprits(catalog: Catalog, name: str, night_text: str, target: str | None) 
                 print(f"  {culprit_line(found)}")
             worst = max(worst, 0 if succeeded else 1)
     return worst
+
+
+def pipeline_definitions(catalog: Catalog, pipeline: Pipeline, resources: dict[str, Any]) -> dg.Definitions:
+    """The one pipeline's assets and jobs with the code location's `resources`: what a run of its jobs
+    executes (each job selects its own pipeline's group). The whole code location
+    (`definitions.py`) would build every other pipeline's stages too, seconds of every `nightly run`,
+    and importing it builds them once more."""
+    import dagster as dg
+
+    from nightly_assets.catalog.loader import catalog_dir
+    from nightly_assets.pipelines import build_pipeline
+    from nightly_assets.settings import nightly_env
+
+    built = build_pipeline(catalog, catalog_dir(), pipeline, nightly_env())
+    return dg.Definitions(assets=built.assets, jobs=built.jobs, resources=resources)
 
 
 def _targets(pipeline: Pipeline, target: str | None) -> list[str]:

@@ -8,7 +8,6 @@ in a follow-up run. An interrupted night (Ctrl-C, SIGTERM) ends `cancelled`, wit
 from __future__ import annotations
 
 import logging
-import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -68,7 +67,8 @@ def run_night(
     """`resources`: the code location's resource definitions (`resources_for`); the notifier and the
     warehouse are resolved from them as a run would (EnvVars included)."""
     wanted = {name: resources[name] for name in ("notifier", "warehouse")}
-    with dg.build_resources(wanted) as resolved:
+    # On the run's instance: without one, Dagster makes an ephemeral instance for them each night.
+    with dg.build_resources(wanted, instance=instance) as resolved:
         store = resolved.warehouse.store()
         earlier = store.night(key)
         if earlier is not None and earlier.status == "running":
@@ -121,25 +121,17 @@ def execute_partition(
     Dagster interrupts the running step (which ends its commands, containers and machines), and
     the run is then marked cancelled rather than failed."""
     run_id = str(uuid.uuid4())
-    done = threading.Event()
-    printer = None
     if progress:
-        printer = threading.Thread(target=_follow, args=(instance, run_id, done, progress), daemon=True)
-        printer.start()
-    try:
-        result = defs.resolve_job_def(job).execute_in_process(
-            instance=instance,
-            partition_key=str(partition_key(key.night, key.target)),
-            run_id=run_id,
-            raise_on_error=False,
-            run_config=QUIET_LOGS,
-            tags={**this_process_tag(run_id), **(tags or {})},
-            asset_selection=assets,
-        )
-    finally:
-        done.set()
-        if printer:
-            printer.join()
+        instance.add_event_listener(run_id, _ProgressPrinter(progress))
+    result = defs.resolve_job_def(job).execute_in_process(
+        instance=instance,
+        partition_key=str(partition_key(key.night, key.target)),
+        run_id=run_id,
+        raise_on_error=False,
+        run_config=QUIET_LOGS,
+        tags={**this_process_tag(run_id), **(tags or {})},
+        asset_selection=assets,
+    )
     run = instance.get_run_by_id(run_id)
     assert run is not None
     if run.status == dg.DagsterRunStatus.FAILURE and _interrupted(instance, run_id):
@@ -164,23 +156,22 @@ def _interrupted(instance: dg.DagsterInstance, run_id: str) -> bool:
     return False
 
 
-def _follow(
-    instance: dg.DagsterInstance, run_id: str, done: threading.Event, say: Callable[[str], None]
-) -> None:
-    cursor: str | None = None
-    started = time.monotonic()
-    while True:
-        finished = done.is_set()
-        conn = instance.get_records_for_run(run_id, cursor=cursor)
-        cursor = conn.cursor
-        for record in conn.records:
-            line = progress_line(record.event_log_entry)
-            if line:
-                say(f"[{time.monotonic() - started:6.1f}s] {line}")
-        if finished and not conn.has_more:
+class _ProgressPrinter:
+    """A progress line for each event of the run as the instance stores it: the run executes in
+    this process, so the instance hands each event to its listeners (no polling of the event log)."""
+
+    def __init__(self, say: Callable[[str], None]) -> None:
+        self.say: Callable[[str], None] | None = say
+        self.started = time.monotonic()
+
+    def __call__(self, entry: Any) -> None:
+        line = progress_line(entry)
+        if line is None or self.say is None:
             return
-        if not conn.has_more:
-            done.wait(0.3)
+        try:
+            self.say(f"[{time.monotonic() - self.started:6.1f}s] {line}")
+        except OSError:  # the output is gone (`nightly run | head` ended): the night goes on unprinted
+            self.say = None
 
 
 def progress_line(entry: Any) -> str | None:

@@ -432,3 +432,42 @@ def test_status_into_a_reader_that_stops_early_ends_quietly(dagster_home, nightl
     _, errors = reader.communicate(timeout=120)
     assert reader.returncode == 0, errors
     assert "Traceback" not in errors and "BrokenPipe" not in errors, errors
+
+
+def test_a_night_freezes_what_starting_up_made_and_collects_garbage_again(dagster_home, monkeypatch):
+    """As its own process, `nightly run` collects no garbage while starting up, then freezes what
+    starting up made and collects again for the night; called from Python it leaves gc alone."""
+    import gc
+
+    import nightly_assets.cli as cli
+
+    seen: list[tuple[bool, int]] = []
+
+    def at_the_night(_key: object, *_args: object, **_kwargs: object) -> object:
+        seen.append((gc.isenabled(), gc.get_freeze_count()))
+        raise KeyboardInterrupt  # enough: the night itself is another test's
+
+    monkeypatch.setattr("nightly_assets.night.run_night", at_the_night)
+    try:
+        assert cli.main(["run", "demo", "--night", "2026-11-03"]) == cli.INTERRUPTED
+        assert seen[-1] == (True, 0)
+        monkeypatch.setattr(sys, "argv", ["nightly", "run", "demo", "--night", "2026-11-03"])
+        assert cli.main() == cli.INTERRUPTED
+        enabled, frozen = seen[-1]
+        assert enabled and frozen > 100_000
+    finally:
+        gc.unfreeze()
+        gc.enable()
+
+
+def test_the_instance_takes_the_catalogs_pool_limits_and_a_changed_one(dagster_home):
+    import nightly_assets.cli as cli
+    from nightly_assets.catalog.loader import load_catalog
+
+    catalog = load_catalog()
+    instance = cli.instance(catalog)
+    for pool, limit in catalog.pools.items():
+        assert instance.event_log_storage.get_concurrency_info(pool).slot_count == limit, pool
+    changed = catalog.model_copy(update={"pools": {**catalog.pools, "gpu": catalog.pools["gpu"] + 2}})
+    instance = cli.instance(changed)
+    assert instance.event_log_storage.get_concurrency_info("gpu").slot_count == catalog.pools["gpu"] + 2

@@ -106,13 +106,8 @@ class PythonBuildResource(dg.ConfigurableResource):
         else:
             run_command([base, "-m", "venv", "--without-pip", dest], timeout_s=300)
         python = dest / "bin" / "python"
-        site = Path(
-            run_command(
-                [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], timeout_s=60
-            ).output.strip()
-        )
         if stack is not None:
-            (site / STACK_PTH).write_text(stack.pth_lines())
+            (_site_packages(python) / STACK_PTH).write_text(stack.pth_lines())
         tests = tests or TestDependencies()
         if wheels or tests:
             wanted = [*self._wheel_links(wheels), *tests.pip_arguments([str(w) for w in wheels])]
@@ -125,7 +120,7 @@ class PythonBuildResource(dg.ConfigurableResource):
             )
         if not tests:
             tools = test_toolchain(Path(self.toolchain_dir) / f"py{sysconfig.get_python_version()}")
-            (site / "_nightly_test_toolchain.pth").write_text(f"{tools}\n")
+            (_site_packages(python) / "_nightly_test_toolchain.pth").write_text(f"{tools}\n")
         return python
 
     def _install_command(
@@ -249,6 +244,13 @@ class PythonBuildResource(dg.ConfigurableResource):
             if userinfo:
                 text = text.replace(userinfo + "@", "****@").replace(userinfo, "****")
         return text
+
+
+def _site_packages(python: Path) -> Path:
+    """The environment's own site-packages, as its python names it (a stack's Python may be
+    another version than the orchestrator's); asked only where a .pth goes there."""
+    where = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    return Path(run_command([python, "-c", where], timeout_s=60).output.strip())
 
 
 def _describe(sources: _Sources) -> str:

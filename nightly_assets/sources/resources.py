@@ -17,6 +17,7 @@ from nightly_assets.process import CommandError, CommandResult, run_command
 SAMPLE_SCHEME = "sample:"
 _SAFE_REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")
 SHA = re.compile(r"^[0-9a-f]{7,64}$")
+_PIN_FORMAT = "%H%x00%cI%x00%s"  # a Pin's commit, committed-at and subject
 
 
 class SourceError(RuntimeError):
@@ -76,27 +77,20 @@ class GitSourcesResource(dg.ConfigurableResource):
         """The commit `branch` pointed at when `before` came (first parent: merges count when merged)."""
         mirror = self.mirror(name, url)
         if ref is not None:
-            rev = _checked_ref(name, ref)
-            args = ["rev-list", "-1", f"{rev}^{{commit}}", "--"]
+            args = [f"{_checked_ref(name, ref)}^{{commit}}"]
         else:
-            rev = _checked_ref(name, branch)
-            args = [
-                "rev-list",
-                "-1",
-                "--first-parent",
-                f"--before={before.isoformat()}",
-                f"refs/heads/{rev}",
-                "--",
-            ]
-        try:
-            sha = _git(["-C", str(mirror), *args], 60).output.strip()
+            head = f"refs/heads/{_checked_ref(name, branch)}"
+            args = ["--first-parent", f"--before={before.isoformat()}", head]
+        try:  # the commit and what `describe` says of it, in one git command
+            line = _git(["-C", str(mirror), "log", "-1", f"--format={_PIN_FORMAT}", *args, "--"], 60).output
         except CommandError as exc:
             raise SourceError(f"repository '{name}': cannot resolve {ref or branch}: {exc}") from None
-        if not sha:
+        if not line.strip():
             raise SourceError(
                 f"repository '{name}': branch '{branch}' has no commit before {before.isoformat()}"
             )
-        return self.describe(name, url, sha)
+        sha, committed_at, subject = line.strip().split("\x00", 2)
+        return Pin(repo=name, sha=sha, committed_at=committed_at, subject=subject)
 
     def ensure_mirror(self, name: str, url: str, *shas: str | None) -> Path:
         """The repository's mirror, fetched when this machine has none yet or lacks one of `shas`
@@ -119,8 +113,8 @@ class GitSourcesResource(dg.ConfigurableResource):
 
     def describe(self, name: str, url: str, sha: str) -> Pin:
         mirror = self.mirror(name, url) if not self._has_mirror(name) else self._mirror_path(name)
-        line = _git(["-C", str(mirror), "show", "-s", "--format=%cI%x00%s", sha, "--"], 60).output
-        committed_at, _, subject = line.strip().partition("\x00")
+        line = _git(["-C", str(mirror), "show", "-s", f"--format={_PIN_FORMAT}", sha, "--"], 60).output
+        _, committed_at, subject = line.strip().split("\x00", 2)
         return Pin(repo=name, sha=sha, committed_at=committed_at, subject=subject)
 
     def commits_between(
