@@ -8,8 +8,8 @@ import importlib
 import typing
 from typing import TYPE_CHECKING
 
+from nightly_assets.catalog.kinds import RunnerKind
 from nightly_assets.runners.protocol import RunnerBackend
-from nightly_assets.stage_kinds.spec import RunnerKind
 
 if TYPE_CHECKING:
     from nightly_assets.stages import StageSpec

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nightly_assets.artefacts.resources import MissingArtefactError
+from nightly_assets.builds.wheel_params import WheelsParams
 from nightly_assets.containers.resources import ContainerRegistriesResource, DockerRunnerPoolResource
 from nightly_assets.devices.facts import DeviceFacts
 from nightly_assets.manifests import EnvironmentManifest
@@ -24,7 +25,6 @@ from nightly_assets.runners.protocol import (
     suite_selection,
 )
 from nightly_assets.stage_kinds.test_suite import TestSuiteParams
-from nightly_assets.stage_kinds.wheels import WheelsParams
 from nightly_assets.stages import StageSpec
 from nightly_assets.testing.confirm import Rerunner, pytest_node_id
 from nightly_assets.testing.junit import parse_collect_only, parse_junit
