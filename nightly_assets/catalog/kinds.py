@@ -67,7 +67,8 @@ _registered: list[Callable[[], Mapping[str, KindRules]]] = []
 
 
 def register_stage_kinds(kinds: Callable[[], Mapping[str, KindRules]]) -> None:
-    """Hand the catalog the stage kinds by name (called on first lookup: they import the catalog)."""
+    """Hand the catalog a function giving the stage kinds by name, called at each lookup (a
+    function, not the kinds: they import the catalog, so they load only once it is needed)."""
     _registered[:] = [kinds]
 
 
