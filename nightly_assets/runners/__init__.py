@@ -1,5 +1,6 @@
 """Runner kinds, one execution backend each: the module named after a kind holds its `BACKEND`
-(see protocol.py). Adding a runner kind is adding a module here and the name to `RunnerKind`."""
+(see protocol.py). Adding a runner kind is adding a module here and
+the name to `RunnerKind` (catalog/kinds.py)."""
 
 from __future__ import annotations
 
