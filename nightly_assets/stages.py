@@ -13,14 +13,13 @@ from typing import Any, Literal, TypeVar
 import dagster as dg
 
 from nightly_assets.artefacts.resources import ArtefactStoreResource
+from nightly_assets.catalog.kinds import StageParams, kind_rules
 from nightly_assets.catalog.models import Catalog, Pipeline, Runner, Stage, Target
 from nightly_assets.devices.facts import DeviceFacts
 from nightly_assets.manifests import PinnedRepo, SourcesManifest
 from nightly_assets.night_lease import hold_night
 from nightly_assets.partitions import night_key
 from nightly_assets.results import CheckOutcome, NightKey
-from nightly_assets.stage_kinds import stage_kind
-from nightly_assets.stage_kinds.spec import StageParams
 from nightly_assets.warehouse.resources import WarehouseResource
 
 P = TypeVar("P", bound=StageParams)
@@ -99,7 +98,7 @@ class StageSpec:
 
     def asset_args(self, **extra: Any) -> dict[str, Any]:
         """Keyword arguments for `dg.asset` / `dg.multi_asset` shared by every stage kind."""
-        kinds = set(stage_kind(self.stage.kind).kinds)
+        kinds = set(kind_rules(self.stage.kind).kinds)
         if "check_specs" in extra:
             extra["check_specs"] = [self.partitioned_check(c) for c in extra["check_specs"]]
         return dict(

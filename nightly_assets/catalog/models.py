@@ -20,10 +20,16 @@ from pydantic import (
 )
 
 from nightly_assets.builds.framework_stack import check_base_python
+from nightly_assets.catalog.kinds import (
+    ORCHESTRATOR,
+    Identifier,
+    RunnerKind,
+    StageParams,
+    kind_rules,
+    registered_kinds,
+)
 from nightly_assets.kubernetes.models import KubernetesPlacement
 from nightly_assets.process import GPU_VARIABLES, secret_variable_problem
-from nightly_assets.stage_kinds import stage_kind, stage_kinds
-from nightly_assets.stage_kinds.spec import ORCHESTRATOR, Identifier, RunnerKind, StageParams
 from nightly_assets.tpu.models import TpuTarget
 
 TargetName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9._-]*$", max_length=48)]
@@ -210,8 +216,8 @@ class Stage(StrictModel):
     @field_validator("kind")
     @classmethod
     def _known_kind(cls, kind: str) -> str:
-        if kind not in stage_kinds():
-            raise ValueError(f"expected one of {', '.join(stage_kinds())}")
+        if kind not in registered_kinds():
+            raise ValueError(f"expected one of {', '.join(registered_kinds())}")
         return kind
 
     @model_validator(mode="after")
@@ -226,7 +232,7 @@ class Stage(StrictModel):
     def _params_of_kind(self) -> Stage:
         """Validate `params` with the kind's model, naming every bad field by its place."""
         try:
-            self._typed_params = stage_kind(self.kind).params.model_validate(self.params)
+            self._typed_params = kind_rules(self.kind).params.model_validate(self.params)
         except ValidationError as exc:
             raise ValueError("; ".join(_params_error(e) for e in exc.errors(include_url=False))) from None
         return self
@@ -239,7 +245,7 @@ class Stage(StrictModel):
 
     def accepted_runners(self) -> frozenset[str]:
         """The runner kinds this stage can run on (ORCHESTRATOR: it may name none)."""
-        return stage_kind(self.kind).accepted_runners(self.typed_params)
+        return kind_rules(self.kind).accepted_runners(self.typed_params)
 
     @property
     def runner_ref(self) -> RunnerRef | None:

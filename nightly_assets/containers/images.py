@@ -28,7 +28,7 @@ from nightly_assets.manifests import EnvironmentManifest
 from nightly_assets.stages import StageRun, StageSpec
 
 if TYPE_CHECKING:  # the stage kind builds this class
-    from nightly_assets.stage_kinds.docker_image import DockerImageParams
+    from nightly_assets.containers.image_params import DockerImageParams
 
 NIGHT_LABEL = "nightly.night"
 RUN_ID_CHARS = 8  # the short run id the Dagster UI shows

@@ -20,7 +20,7 @@ from nightly_assets.testing.resources import LocalTestRunnerResource
 from nightly_assets.warehouse.rows import Culprit
 
 if TYPE_CHECKING:
-    from nightly_assets.stage_kinds.culprit_search import CulpritSearchParams
+    from nightly_assets.culprits.params import CulpritSearchParams
     from nightly_assets.warehouse.store import Warehouse
 
 

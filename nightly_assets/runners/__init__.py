@@ -1,5 +1,6 @@
 """Runner kinds, one execution backend each: the module named after a kind holds its `BACKEND`
-(see protocol.py). Adding a runner kind is adding a module here and the name to `RunnerKind`."""
+(see protocol.py). Adding a runner kind is adding a module here and
+the name to `RunnerKind` (catalog/kinds.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ import importlib
 import typing
 from typing import TYPE_CHECKING
 
+from nightly_assets.catalog.kinds import RunnerKind
 from nightly_assets.runners.protocol import RunnerBackend
-from nightly_assets.stage_kinds.spec import RunnerKind
 
 if TYPE_CHECKING:
     from nightly_assets.stages import StageSpec

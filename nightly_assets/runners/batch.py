@@ -4,9 +4,9 @@ on the build host beside it, as Theta's Jenkins agent did (seed 004). Jobs on th
 
 from __future__ import annotations
 
+from nightly_assets.builds.wheel_params import WheelsParams
 from nightly_assets.runners.protocol import BuiltWheels, Capability, RunnerBackend, StageWork
 from nightly_assets.runners.rbe import bazel_wheels
-from nightly_assets.stage_kinds.wheels import WheelsParams
 from nightly_assets.stages import StageSpec
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nightly_assets.artefacts.resources import MissingArtefactError
+from nightly_assets.builds.wheel_params import WheelsParams
 from nightly_assets.containers.resources import ContainerRegistriesResource, DockerRunnerPoolResource
 from nightly_assets.devices.facts import DeviceFacts
 from nightly_assets.manifests import EnvironmentManifest
@@ -23,12 +24,11 @@ from nightly_assets.runners.protocol import (
     rerun_selection,
     suite_selection,
 )
-from nightly_assets.stage_kinds.test_suite import TestSuiteParams
-from nightly_assets.stage_kinds.wheels import WheelsParams
 from nightly_assets.stages import StageSpec
 from nightly_assets.testing.confirm import Rerunner, pytest_node_id
 from nightly_assets.testing.junit import parse_collect_only, parse_junit
 from nightly_assets.testing.resources import TestRunError, usable
+from nightly_assets.testing.suite_params import TestSuiteParams
 
 if TYPE_CHECKING:  # the Docker SDK and dagster-docker are for a run: loading the code location skips them
     import docker  # type: ignore[import-untyped]

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from nightly_assets.builds.resources import PythonBuildResource
+from nightly_assets.builds.wheel_params import WheelsParams
 from nightly_assets.devices.facts import DeviceFacts
 from nightly_assets.devices.probe import HostGpus, visible_devices_env
 from nightly_assets.process import run_command
@@ -25,7 +26,6 @@ from nightly_assets.runners.protocol import (
     suite_selection,
 )
 from nightly_assets.runners.rbe import bazel_wheels
-from nightly_assets.stage_kinds.wheels import WheelsParams
 from nightly_assets.stages import StageSpec
 from nightly_assets.testing.confirm import Rerunner, pytest_node_id
 from nightly_assets.testing.junit import parse_collect_only, parse_junit

@@ -18,8 +18,8 @@ from nightly_assets.stages import StageNotAvailable
 
 if TYPE_CHECKING:
     from nightly_assets.artefacts.resources import ArtefactStoreResource
+    from nightly_assets.builds.wheel_params import WheelsParams
     from nightly_assets.results import TestReport
-    from nightly_assets.stage_kinds.wheels import WheelsParams
     from nightly_assets.stages import StageRun, StageSpec
     from nightly_assets.testing.confirm import Rerunner
 

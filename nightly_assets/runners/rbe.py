@@ -6,17 +6,17 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
+from nightly_assets.builds.wheel_params import WheelsParams
 from nightly_assets.catalog.models import BazelTests
 from nightly_assets.rbe import bazel as bz
 from nightly_assets.rbe.resources import BazelRbeResource
 from nightly_assets.rbe.runs import BazelTestRun
 from nightly_assets.results import TestReport
 from nightly_assets.runners.protocol import BuiltWheels, Capability, RunnerBackend, StageWork, SuiteOutcome
-from nightly_assets.stage_kinds.test_suite import TestSuiteParams
-from nightly_assets.stage_kinds.wheels import WheelsParams
 from nightly_assets.stages import StageSpec
 from nightly_assets.testing.confirm import Rerunner
 from nightly_assets.testing.junit import JUnitError, iter_junit
+from nightly_assets.testing.suite_params import TestSuiteParams
 
 
 class RbeBackend(RunnerBackend):

@@ -9,6 +9,7 @@ import functools
 import importlib
 import pkgutil
 
+from nightly_assets.catalog.kinds import register_stage_kinds
 from nightly_assets.stage_kinds.spec import StageKind, StageParams
 
 NOT_KINDS = {"spec"}
@@ -24,6 +25,9 @@ def stage_kinds() -> dict[str, StageKind[StageParams]]:
             raise RuntimeError(f"{__name__}.{module} defines stage kind {kind.name!r}; name them alike")
         kinds[module] = kind
     return kinds
+
+
+register_stage_kinds(stage_kinds)  # the catalog validates stages against them
 
 
 def stage_kind(name: str) -> StageKind[StageParams]:

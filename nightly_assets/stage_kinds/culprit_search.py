@@ -9,14 +9,14 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import dagster as dg
-from pydantic import Field
 
 from nightly_assets.artefacts.resources import ArtefactStoreResource
 from nightly_assets.builds.resources import PythonBuildResource
 from nightly_assets.culprits import checks
+from nightly_assets.culprits.params import CulpritSearchParams
 from nightly_assets.results import NightKey
 from nightly_assets.sources.resources import GitSourcesResource
-from nightly_assets.stage_kinds.spec import ORCHESTRATOR, StageKind, StageParams
+from nightly_assets.stage_kinds.spec import ORCHESTRATOR, StageKind
 from nightly_assets.stages import StageSpec, recorded_stage, stage_events
 from nightly_assets.testing.resources import LocalTestRunnerResource
 from nightly_assets.warehouse.resources import WarehouseResource
@@ -24,12 +24,6 @@ from nightly_assets.warehouse.resources import WarehouseResource
 if TYPE_CHECKING:  # the search (git, builds, test runs) is imported by the asset when it runs
     from nightly_assets.culprits.search import Subject
     from nightly_assets.warehouse.store import Warehouse
-
-
-class CulpritSearchParams(StageParams):
-    max_probes: int = Field(default=12, ge=1)  # per subject: about log2 of the commits between
-    max_tests: int = Field(default=5, ge=1)  # failing tests re-run per suite
-    timeout_minutes: int = Field(default=30, ge=1)  # per probe's test or benchmark run
 
 
 def build_culprit_search_asset(spec: StageSpec) -> dg.AssetsDefinition:

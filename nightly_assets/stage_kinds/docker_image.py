@@ -4,46 +4,26 @@ where the stage allows it and no engine answers (the demo on a machine without D
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import dagster as dg
-from pydantic import Field
 
 from nightly_assets.artefacts.resources import ArtefactStoreResource
 from nightly_assets.builds.distributions import distribution_metadata, installed_distributions
 from nightly_assets.builds.framework_stack import (
-    FrameworkStackParams,
     reused_stack,
     stack_metadata,
     stack_record,
 )
 from nightly_assets.builds.resources import PythonBuildResource
-from nightly_assets.builds.test_dependencies import TestDependencyParams
 from nightly_assets.builds.wheel_metadata import top_level_names
 from nightly_assets.containers import checks
+from nightly_assets.containers.image_params import DockerImageParams
 from nightly_assets.containers.resources import ContainerRegistriesResource, DockerRunnerPoolResource
 from nightly_assets.manifests import EnvironmentManifest, WheelsManifest
-from nightly_assets.stage_kinds.spec import RepoParams, StageKind
+from nightly_assets.stage_kinds.spec import StageKind
 from nightly_assets.stages import StageSpec, recorded_stage, stage_events
 from nightly_assets.warehouse.resources import WarehouseResource
-
-
-class DockerImageParams(RepoParams, TestDependencyParams, FrameworkStackParams):
-    role: Literal["framework", "runtime"] = "runtime"  # framework: base, cached; runtime: wheels + tests
-    install_wheels: bool = False  # the nearest upstream wheels stage's wheels go into the image
-    tests: list[str] = Field(default_factory=lambda: ["tests"])  # checkout paths copied in for pytest
-    suites: list[str] = Field(default_factory=list)  # packaged suites (nightly_assets/suites) copied in
-    fallback: Literal["venv"] | None = None  # venv: a virtualenv when no Docker engine answers
-    push_to: list[str] = Field(default_factory=list)  # registry roles, the first is primary
-    tag: str | None = None  # one tag template ({night}, {run_id}, {arch}, target params...)
-    tags: list[str] = Field(default_factory=list)  # several tag templates
-    python: str = "python3"  # the image's Python, for the suites run in it
-    dockerfile: str | None = None  # build the repository's own Dockerfile instead of a recipe
-    base_image: str | None = None  # framework role: FROM (default the runner pool's base image)
-    repository: str | None = None  # the image's name in every registry (default the pipeline's)
-
-    def tag_templates(self) -> list[str]:
-        return self.tags or ([self.tag] if self.tag else [])
 
 
 def build_docker_image_asset(spec: StageSpec) -> dg.AssetsDefinition:

@@ -4,51 +4,32 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 import dagster as dg
-from pydantic import BaseModel, ConfigDict, StringConstraints
+
+# The params bases live with the catalog (it validates them); the kinds name them from here.
+from nightly_assets.catalog.kinds import (
+    ORCHESTRATOR,
+    Identifier,
+    NoParams,
+    RepoParams,
+    RunnerKind,
+    StageParams,
+)
 
 if TYPE_CHECKING:
     from nightly_assets.stages import StageSpec
 
-RunnerKind = Literal["local", "docker", "rbe", "tpu_vm", "batch", "kubernetes"]
-# A stage with no runner runs in the orchestrator's own process (summaries, baselines, release).
-ORCHESTRATOR = "orchestrator"
-# A catalog name (pipeline, stage, repository): it lands in asset keys, job names and paths.
-Identifier = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]*$", max_length=48)]
-
-
-class StageParams(BaseModel):
-    """A stage's `params` block: every key typed, an unknown one refused when the catalog loads."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    def repositories(self) -> list[str]:
-        """Catalog repositories the params name (checked against the pipeline's `repositories`)."""
-        return []
-
-    def stage_refs(self) -> list[str]:
-        """Stages of the pipeline the params name (each must be upstream of this one)."""
-        return []
-
-    def runner_kinds(self, accepted: frozenset[str]) -> frozenset[str]:
-        """The runner kinds these params can run on; by default every one the kind accepts."""
-        return accepted
-
-
-class NoParams(StageParams):
-    """A stage kind that takes no `params`."""
-
-
-class RepoParams(StageParams):
-    """Params of a stage that works on one repository's checkout."""
-
-    repo: Identifier | None = None  # which of the pipeline's repositories; default the first
-
-    def repositories(self) -> list[str]:
-        return [self.repo] if self.repo else []
-
+__all__ = [
+    "ORCHESTRATOR",
+    "Identifier",
+    "NoParams",
+    "RepoParams",
+    "RunnerKind",
+    "StageKind",
+    "StageParams",
+]
 
 P = TypeVar("P", bound=StageParams)
 

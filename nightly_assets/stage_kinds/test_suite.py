@@ -7,41 +7,24 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import dagster as dg
-from pydantic import Field
 
 from nightly_assets.artefacts.resources import ArtefactStoreResource
 from nightly_assets.manifests import EnvironmentManifest
 from nightly_assets.results import NightKey, TestReport
 from nightly_assets.runners import backend, runner_kinds
 from nightly_assets.runners.protocol import RunnerBackend, StageWork
-from nightly_assets.stage_kinds.spec import RepoParams, StageKind
+from nightly_assets.stage_kinds.spec import StageKind
 from nightly_assets.stages import StageSpec, recorded_devices, recorded_stage, stage_events
 from nightly_assets.testing import checks, health
 from nightly_assets.testing.confirm import confirm_failures
 from nightly_assets.testing.junit import report_metadata
-from nightly_assets.tpu.stage import TpuSuiteParams
+from nightly_assets.testing.suite_params import TestSuiteParams
 from nightly_assets.warehouse.resources import WarehouseResource
 
 if TYPE_CHECKING:
     from nightly_assets.warehouse.store import Warehouse
 
 QUARANTINE_WINDOW_NIGHTS = 30  # the nights a failing test's flakiness is judged over
-
-
-class TestSuiteParams(RepoParams, TpuSuiteParams):
-    __test__ = False  # not a pytest class
-
-    # for the suite's process (here, in the image's container or pod); {arch}, {target}, target params
-    env: dict[str, str] = Field(default_factory=dict)
-    workspace: str = ""  # a Bazel suite's workspace folder inside the checkout
-
-    def runner_kinds(self, accepted: frozenset[str]) -> frozenset[str]:
-        # Settings that only one runner kind reads pin the stage to it.
-        if self.model_fields_set & set(TpuSuiteParams.model_fields):
-            return accepted & {"tpu_vm"}
-        if self.env:
-            return accepted & {"local", "docker", "kubernetes"}
-        return accepted
 
 
 def build_test_suite_asset(spec: StageSpec) -> dg.AssetsDefinition:

@@ -4,49 +4,18 @@ Bazel, built by the backend of the stage's runner kind."""
 import hashlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Literal, Self
 
 import dagster as dg
-from pydantic import model_validator
 
 from nightly_assets.artefacts.resources import ArtefactStoreResource
 from nightly_assets.builds import checks
 from nightly_assets.builds.resources import PythonBuildResource
-from nightly_assets.catalog.models import BazelBuild
+from nightly_assets.builds.wheel_params import WheelsParams
 from nightly_assets.runners import backend, stage_backends
 from nightly_assets.runners.protocol import StageWork
-from nightly_assets.stage_kinds.spec import RepoParams, StageKind
+from nightly_assets.stage_kinds.spec import StageKind
 from nightly_assets.stages import StageSpec, recorded_stage, stage_events
 from nightly_assets.warehouse.resources import WarehouseResource
-
-# Where each builder can run: pip on this host, a container on a docker runner, Bazel through
-# remote execution (rbe) or on this host (local, or a batch machine's build host as Theta's was).
-BUILDER_RUNNERS: dict[str, frozenset[str]] = {
-    "pip": frozenset({"local"}),
-    "container": frozenset({"docker"}),
-    "bazel": frozenset({"rbe", "local", "batch"}),
-}
-
-
-class WheelsParams(RepoParams):
-    builder: Literal["pip", "container", "bazel"] = "pip"
-    sdist: bool = False  # an sdist beside the wheels
-    builder_image: str | None = None  # container builder: the image (default the runner pool's base)
-    builder_python: str = "python3"  # container builder: the image's Python
-    bazel: BazelBuild | None = None  # Bazel builder: what to build
-
-    @model_validator(mode="after")
-    def _bazel_with_bazel(self) -> Self:
-        if (self.builder == "bazel") != (self.bazel is not None):
-            raise ValueError("bazel: a 'bazel' block goes with builder: bazel, and only with it")
-        return self
-
-    def repositories(self) -> list[str]:
-        bootstrap = self.bazel.bootstrap if self.bazel else None
-        return super().repositories() + ([bootstrap.repo] if bootstrap else [])
-
-    def runner_kinds(self, accepted: frozenset[str]) -> frozenset[str]:
-        return accepted & BUILDER_RUNNERS[self.builder]
 
 
 def build_wheels_asset(spec: StageSpec) -> dg.AssetsDefinition:

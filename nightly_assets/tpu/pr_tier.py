@@ -18,7 +18,7 @@ from nightly_assets.github.client import GitHubError
 from nightly_assets.github.resources import GitHubResource
 from nightly_assets.results import NightKey, TestReport
 from nightly_assets.sources.resources import GitSourcesResource
-from nightly_assets.stage_kinds.test_suite import TestSuiteParams
+from nightly_assets.testing.suite_params import TestSuiteParams
 from nightly_assets.tpu.resources import TpuVmResource
 from nightly_assets.tpu.stage import TpuRunEnded, run_suite_on_vm
 from nightly_assets.warehouse.resources import WarehouseResource

@@ -15,10 +15,10 @@ from pathlib import Path
 
 from pydantic import Field
 
+from nightly_assets.catalog.kinds import StageParams
 from nightly_assets.catalog.models import Suite, Target
 from nightly_assets.interrupts import deferred_interrupts
 from nightly_assets.results import TestReport
-from nightly_assets.stage_kinds.spec import StageParams
 from nightly_assets.testing.junit import parse_junit
 from nightly_assets.testing.resources import PYTEST_USABLE_EXIT_CODES, TestRunError
 from nightly_assets.tpu.models import TpuRunOutcome, TpuSuite, TpuTarget
