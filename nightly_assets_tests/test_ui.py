@@ -368,8 +368,9 @@ def _re_execute_from_failure(page: Any) -> None:
     for attempt in range(3):
         if attempt:  # a page that re-rendered under the click (seen on a loaded CI machine): afresh
             page.reload()
-        page.get_by_role("button", name="Re-execute all (*)").wait_for()
         try:
+            # A finished night's run page can take a minute to render its logs on a loaded machine.
+            page.get_by_role("button", name="Re-execute all (*)").wait_for(timeout=90_000)
             page.locator("button:right-of(:text('Re-execute all (*)'))").first.click()
             page.get_by_role("menuitem", name="From failure").click()
             confirm.wait_for(timeout=10_000)
