@@ -60,7 +60,7 @@ from nightly_assets.testing.flakiness import Observation, Pins, classify, infra_
 # docstring, none tuned to the verdicts (other seeds give the same picture: see the report).
 SEED = 20261126
 NIGHTS = 180
-WINDOW = 30  # the test_health stage's default window (TestHealthParams.nights)
+WINDOW = 30  # the test_health stage's default window (SuiteHealthParams.nights)
 FIRST_NIGHT = dt.date(2026, 5, 30)
 REPOS = {"plugin": 0.5, "jax": 0.4, "xla": 0.2}  # repo: the chance its pin moves on a night
 SUITES = {  # suite: (attempts a failed test gets from its own runner, tests)

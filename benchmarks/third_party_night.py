@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from nightly_assets.builds.resources import PythonBuildResource
-from nightly_assets.builds.test_dependencies import TestDependencies
+from nightly_assets.builds.suite_dependencies import SuiteDependencies
 from nightly_assets.catalog.loader import BUILTIN_CATALOG_DIR, COMPONENT_TYPE, DEFS_FILE
 from nightly_assets.resources import REPO_WHEELHOUSE
 
@@ -116,7 +116,7 @@ def _direct(root: Path, upstream: Path, turn: int) -> float:
 
 def _environments(root: Path) -> tuple[float, float]:
     """Median seconds to make and fill the suite's environment with uv, then with pip."""
-    tests = TestDependencies(requirements=[PROJECT / "requirements/tests.txt"])
+    tests = SuiteDependencies(requirements=[PROJECT / "requirements/tests.txt"])
     times: dict[str, list[float]] = {"uv": [], "pip": []}
     for turn in range(REPEATS + 1):  # the first turn fills uv's cache, as a night before did
         for installer in times:

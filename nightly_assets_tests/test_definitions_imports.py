@@ -49,7 +49,7 @@ def loaded_modules(tmp_path_factory) -> set[str]:
 
 def test_the_definitions_load_with_the_resources_and_stage_kinds_they_need(loaded_modules):
     # The probe itself: a load that imported nothing of ours would pass the test below.
-    for needed in ("nightly_assets.resources", "nightly_assets.stage_kinds.test_suite", "dagster_slack"):
+    for needed in ("nightly_assets.resources", "nightly_assets.stage_kinds.suite", "dagster_slack"):
         assert needed in loaded_modules, needed
 
 

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from nightly_assets.builds.dependency_groups import DependencyGroupError, pyproject_groups, resolve_groups
 from nightly_assets.builds.distributions import installed_distributions
-from nightly_assets.builds.test_dependencies import TestDependencies, TestDependencyParams
+from nightly_assets.builds.suite_dependencies import SuiteDependencies, SuiteDependencyParams
 from nightly_assets.containers.recipes import runtime_context
 from nightly_assets_tests.catalog_nights import CatalogNights
 from nightly_assets_tests.git_repo import commit_files
@@ -56,7 +56,7 @@ def test_a_group_the_pyproject_lacks_names_the_group_the_file_and_the_commit(tmp
 
 
 def test_a_checkout_without_pyproject_is_an_error_naming_the_file(tmp_path: Path) -> None:
-    params = TestDependencyParams(dependency_groups=["test"])
+    params = SuiteDependencyParams(dependency_groups=["test"])
     with pytest.raises(
         DependencyGroupError, match=r"^environment: dependency group\(s\) 'test' asked for, but "
     ):
@@ -65,13 +65,13 @@ def test_a_checkout_without_pyproject_is_an_error_naming_the_file(tmp_path: Path
 
 def test_pytest_is_added_once_pinned_when_asked() -> None:
     groups = {"test": ["pytest>=8", "freezegun"]}
-    assert TestDependencies(packages=["six"]).pip_arguments(["w.whl"]) == ["w.whl", "six", "pytest"]
-    assert TestDependencies(groups=groups).pip_arguments(["w.whl"]) == ["w.whl", "pytest>=8", "freezegun"]
-    assert TestDependencies(packages=["PyTest==8.1.1"]).pip_arguments([]) == ["PyTest==8.1.1"]
-    assert TestDependencies(pytest=">=8,<9").pip_arguments([]) == ["pytest>=8,<9"]
-    pinned = TestDependencies(groups=groups, pytest="<9").pip_arguments([])  # pip intersects the two
+    assert SuiteDependencies(packages=["six"]).pip_arguments(["w.whl"]) == ["w.whl", "six", "pytest"]
+    assert SuiteDependencies(groups=groups).pip_arguments(["w.whl"]) == ["w.whl", "pytest>=8", "freezegun"]
+    assert SuiteDependencies(packages=["PyTest==8.1.1"]).pip_arguments([]) == ["PyTest==8.1.1"]
+    assert SuiteDependencies(pytest=">=8,<9").pip_arguments([]) == ["pytest>=8,<9"]
+    pinned = SuiteDependencies(groups=groups, pytest="<9").pip_arguments([])  # pip intersects the two
     assert pinned == ["pytest>=8", "freezegun", "pytest<9"]
-    assert TestDependencies().pip_arguments(["w.whl"]) == ["w.whl"]  # the orchestrator's pytest
+    assert SuiteDependencies().pip_arguments(["w.whl"]) == ["w.whl"]  # the orchestrator's pytest
 
 
 def test_the_runtime_image_installs_the_groups_and_the_pinned_pytest(tmp_path: Path) -> None:
@@ -81,7 +81,7 @@ def test_the_runtime_image_installs_the_groups_and_the_pinned_pytest(tmp_path: P
     wheel.write_bytes(b"")
     (tmp_path / "repo" / "requirements").mkdir(parents=True)
     (tmp_path / "repo" / "requirements" / "extra.txt").write_text("six\n")
-    tests = TestDependencies(
+    tests = SuiteDependencies(
         [tmp_path / "repo" / "requirements" / "extra.txt"], groups={"test": ["freezegun>=1.4"]}, pytest="<9"
     )
     fetched: list[list[str]] = []
@@ -114,9 +114,9 @@ def test_the_runtime_image_installs_the_groups_and_the_pinned_pytest(tmp_path: P
 
 def test_pytest_takes_a_version_specifier_named_once() -> None:
     with pytest.raises(ValidationError, match=r"'8\.1': expected a version specifier like '>=8,<9'"):
-        TestDependencyParams(pytest="8.1")
+        SuiteDependencyParams(pytest="8.1")
     with pytest.raises(ValidationError, match=r"pytest is pinned twice"):
-        TestDependencyParams(pytest="<9", packages=["pytest==8.1.1"])
+        SuiteDependencyParams(pytest="<9", packages=["pytest==8.1.1"])
 
 
 def test_installed_distributions_are_what_the_python_imports() -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from nightly_assets.builds import installers
 from nightly_assets.builds.resources import PythonBuildResource
-from nightly_assets.builds.test_dependencies import TestDependencies
+from nightly_assets.builds.suite_dependencies import SuiteDependencies
 from nightly_assets.process import CommandError, run_command
 from nightly_assets.resources import REPO_WHEELHOUSE
 
@@ -45,7 +45,7 @@ def _installed(python: Path) -> list[str]:
 
 
 def test_uv_and_the_pip_fallback_install_the_same_set(tmp_path: Path, wheelhouse: Path) -> None:
-    tests = TestDependencies(requirements=[TESTS_TXT], packages=["iniconfig"])
+    tests = SuiteDependencies(requirements=[TESTS_TXT], packages=["iniconfig"])
     wheels = [wheelhouse / FREEZEGUN]
     uv_python = _builder(tmp_path, wheelhouse=str(wheelhouse)).create_environment(
         tmp_path / "uv", wheels, tmp_path / "uv.log", tests
@@ -87,7 +87,7 @@ def test_a_uv_resolution_failure_names_the_package_and_the_sources(tmp_path: Pat
     builder = _builder(tmp_path, wheelhouse=str(wheelhouse))
     if builder.installer_for().name != "uv":
         pytest.fail("the uv package is a dependency of nightly_assets: reinstall it (make setup)")
-    tests = TestDependencies(packages=["no-such-package-for-nightly"])
+    tests = SuiteDependencies(packages=["no-such-package-for-nightly"])
     with pytest.raises(CommandError) as failed:
         builder.create_environment(tmp_path / "venv", [], tmp_path / "install.log", tests)
     first_line = str(failed.value).splitlines()[0]
@@ -122,14 +122,14 @@ def test_what_local_modes_wheelhouse_lacks_comes_from_the_fallback_index(
     offline = _builder(tmp_path, wheelhouse=str(partial), installer=installer)
     with pytest.raises(CommandError, match=f"the wheelhouse {partial} only"):
         offline.create_environment(
-            tmp_path / "offline", [], tmp_path / "offline.log", TestDependencies(packages=["freezegun"])
+            tmp_path / "offline", [], tmp_path / "offline.log", SuiteDependencies(packages=["freezegun"])
         )
     builder = _builder(tmp_path, wheelhouse=str(partial), installer=installer, fallback_index_url=index)
     assert (
         builder.package_sources() == f"the wheelhouse {partial} first, then index {index} for what it lacks"
     )
     python = builder.create_environment(
-        tmp_path / "venv", [], tmp_path / "install.log", TestDependencies(packages=["freezegun"])
+        tmp_path / "venv", [], tmp_path / "install.log", SuiteDependencies(packages=["freezegun"])
     )
     assert {"freezegun==1.4.0", "python-dateutil==2.9.0.post0", "six==1.16.0"} <= set(_installed(python))
     log = (tmp_path / "install.log").read_text()
@@ -143,7 +143,7 @@ def test_index_credentials_are_never_written(tmp_path: Path, installer: str) -> 
     builder = _builder(tmp_path, index_url="http://nightly:s3cret-pw@127.0.0.1:9/simple", installer=installer)
     with pytest.raises(CommandError) as failed:
         builder.create_environment(
-            tmp_path / "venv", [], tmp_path / "install.log", TestDependencies(packages=["six"])
+            tmp_path / "venv", [], tmp_path / "install.log", SuiteDependencies(packages=["six"])
         )
     assert "index http://127.0.0.1:9/simple" in str(failed.value)
     assert "s3cret-pw" not in str(failed.value)

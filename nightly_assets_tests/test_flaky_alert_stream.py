@@ -8,7 +8,7 @@ from __future__ import annotations
 import datetime as dt
 
 from benchmarks import flaky_detection
-from nightly_assets.stage_kinds.test_health import TestHealthParams
+from nightly_assets.stage_kinds.suite_health import SuiteHealthParams
 from nightly_assets.testing import health
 from nightly_assets.testing.flakiness import Observation, infra_nights
 from nightly_assets.warehouse.evidence import Histories
@@ -108,4 +108,4 @@ def test_without_confirmation_flakes_whose_evidence_aged_out_alert_as_broken():
 
 
 def test_the_benchmark_and_this_replay_judge_over_the_stages_window():
-    assert flaky_detection.WINDOW == WINDOW == TestHealthParams.model_fields["nights"].default
+    assert flaky_detection.WINDOW == WINDOW == SuiteHealthParams.model_fields["nights"].default

@@ -15,7 +15,7 @@ import dagster as dg
 
 from nightly_assets.builds.framework_stack import STACK_PTH, FrameworkStack
 from nightly_assets.builds.installers import UV, Installer, choose_installer, uv_cause
-from nightly_assets.builds.test_dependencies import TestDependencies
+from nightly_assets.builds.suite_dependencies import SuiteDependencies
 from nightly_assets.builds.toolchain import test_toolchain
 from nightly_assets.process import CommandError, cause, program_name, run_command
 
@@ -88,7 +88,7 @@ class PythonBuildResource(dg.ConfigurableResource):
         dest: Path,
         wheels: list[Path],
         log: Path,
-        tests: TestDependencies | None = None,
+        tests: SuiteDependencies | None = None,
         stack: FrameworkStack | None = None,
     ) -> Path:
         """A fresh virtual environment with `wheels` (their dependencies from the index) and the
@@ -108,7 +108,7 @@ class PythonBuildResource(dg.ConfigurableResource):
         python = dest / "bin" / "python"
         if stack is not None:
             (_site_packages(python) / STACK_PTH).write_text(stack.pth_lines())
-        tests = tests or TestDependencies()
+        tests = tests or SuiteDependencies()
         if wheels or tests:
             wanted = [*self._wheel_links(wheels), *tests.pip_arguments([str(w) for w in wheels])]
             self._run(

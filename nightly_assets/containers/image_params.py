@@ -6,11 +6,11 @@ from typing import Literal
 from pydantic import Field
 
 from nightly_assets.builds.framework_stack import FrameworkStackParams
-from nightly_assets.builds.test_dependencies import TestDependencyParams
+from nightly_assets.builds.suite_dependencies import SuiteDependencyParams
 from nightly_assets.catalog.kinds import RepoParams
 
 
-class DockerImageParams(RepoParams, TestDependencyParams, FrameworkStackParams):
+class DockerImageParams(RepoParams, SuiteDependencyParams, FrameworkStackParams):
     role: Literal["framework", "runtime"] = "runtime"  # framework: base, cached; runtime: wheels + tests
     install_wheels: bool = False  # the nearest upstream wheels stage's wheels go into the image
     tests: list[str] = Field(default_factory=lambda: ["tests"])  # checkout paths copied in for pytest

@@ -19,7 +19,7 @@ import requests
 from nightly_assets.builds.distributions import distribution_metadata, distribution_versions
 from nightly_assets.builds.framework_stack import LIST_DISTRIBUTIONS, framework_versions
 from nightly_assets.builds.resources import PythonBuildResource
-from nightly_assets.builds.test_dependencies import TestDependencies
+from nightly_assets.builds.suite_dependencies import SuiteDependencies
 from nightly_assets.containers import recipes
 from nightly_assets.containers.engine import BuildResult, build_image, pull_image, push_image
 from nightly_assets.containers.registry import RetentionResult, copy_image, expire_run_tags
@@ -57,7 +57,7 @@ class ImageStage:
     log: Any
     run_id: str
     builder: PythonBuildResource
-    tests: TestDependencies = field(default_factory=TestDependencies)
+    tests: SuiteDependencies = field(default_factory=SuiteDependencies)
 
     def _fetch(self, requirements: list[str], dest: Path) -> None:
         self.log.info(f"fetching test dependencies from {self.builder.package_sources()}")

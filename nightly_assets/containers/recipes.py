@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from nightly_assets.builds.test_dependencies import TestDependencies
+from nightly_assets.builds.suite_dependencies import SuiteDependencies
 
 # Files at a repository's root that configure pytest (markers, rootdir, plugins).
 PYTEST_CONFIG_FILES = ("pyproject.toml", "setup.cfg", "pytest.ini", "tox.ini", "conftest.py")
@@ -50,7 +50,7 @@ def runtime_context(
     test_paths: list[str],
     suites: list[str],
     labels: dict[str, str],
-    tests: TestDependencies | None = None,
+    tests: SuiteDependencies | None = None,
     fetch: Callable[[list[str], Path], None] | None = None,
 ) -> BuildContext:
     """`from_image` plus the night's wheels installed from files and the test tree under WORKDIR.

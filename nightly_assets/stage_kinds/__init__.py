@@ -1,6 +1,8 @@
-"""Stage kinds, one module each: the module named after a kind holds its `KIND` (see spec.py).
+"""Stage kinds, one module each: every module here holds one `KIND` (see spec.py).
 
-Adding a stage kind is adding a module here; the catalog accepts its name once the module exists.
+Adding a stage kind is adding a module here; the catalog accepts the kind's name once the module
+exists. Modules are named after their kind, except where that name would read as a test file:
+`suite.py` holds `test_suite`, `suite_health.py` holds `test_health`.
 """
 
 from __future__ import annotations
@@ -21,9 +23,9 @@ def stage_kinds() -> dict[str, StageKind[StageParams]]:
     kinds: dict[str, StageKind[StageParams]] = {}
     for module in sorted(m.name for m in pkgutil.iter_modules(__path__) if m.name not in NOT_KINDS):
         kind = importlib.import_module(f"{__name__}.{module}").KIND
-        if kind.name != module:
-            raise RuntimeError(f"{__name__}.{module} defines stage kind {kind.name!r}; name them alike")
-        kinds[module] = kind
+        if kind.name in kinds:
+            raise RuntimeError(f"{__name__}.{module} defines stage kind {kind.name!r} a second time")
+        kinds[kind.name] = kind
     return kinds
 
 

@@ -15,7 +15,7 @@ from nightly_assets.builds.framework_stack import (
     stack_record,
 )
 from nightly_assets.builds.resources import PythonBuildResource
-from nightly_assets.builds.test_dependencies import TestDependencyParams
+from nightly_assets.builds.suite_dependencies import SuiteDependencyParams
 from nightly_assets.builds.wheel_metadata import top_level_names
 from nightly_assets.devices.facts import DeviceFacts
 from nightly_assets.manifests import WheelsManifest
@@ -24,7 +24,7 @@ from nightly_assets.stages import StageSpec, recorded_stage
 from nightly_assets.warehouse.resources import WarehouseResource
 
 
-class EnvironmentParams(RepoParams, TestDependencyParams, FrameworkStackParams):
+class EnvironmentParams(RepoParams, SuiteDependencyParams, FrameworkStackParams):
     """Which repository's checkout holds the requirements files, the suite's test dependencies, and
     the host framework stack the environment reuses."""
 

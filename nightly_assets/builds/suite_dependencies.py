@@ -16,7 +16,7 @@ from nightly_assets.builds.dependency_groups import DependencyGroupError, pyproj
 
 
 @dataclass(frozen=True)
-class TestDependencies:
+class SuiteDependencies:
     """Resolved against the night's checkout; every package comes from the package sources."""
 
     __test__ = False  # not a pytest class
@@ -53,7 +53,7 @@ class TestDependencies:
         return ", ".join(names) or "none (the orchestrator's pytest)"
 
 
-class TestDependencyParams(BaseModel):
+class SuiteDependencyParams(BaseModel):
     """A stage's params that name the suite's test dependencies (environment, docker_image)."""
 
     __test__ = False
@@ -95,7 +95,7 @@ class TestDependencyParams(BaseModel):
         return specifier
 
     @model_validator(mode="after")
-    def _pytest_named_once(self) -> TestDependencyParams:
+    def _pytest_named_once(self) -> SuiteDependencyParams:
         if self.pytest and any(canonicalize_name(Requirement(p).name) == "pytest" for p in self.packages):
             raise ValueError(f"pytest is pinned twice: pytest: {self.pytest!r} and in packages; keep one")
         return self
@@ -106,7 +106,7 @@ class TestDependencyParams(BaseModel):
 
     def test_dependencies(
         self, checkout: Path | None, stage: str, commit: str | None = None
-    ) -> TestDependencies:
+    ) -> SuiteDependencies:
         """The dependencies against the night's checkout (`commit`: its pinned sha, for errors); a
         named file or group it lacks is an error."""
         files = [checkout / f for f in self.requirements] if checkout else []
@@ -121,4 +121,4 @@ class TestDependencyParams(BaseModel):
                 groups = pyproject_groups(checkout, list(self.dependency_groups), commit)
             except DependencyGroupError as exc:
                 raise DependencyGroupError(f"{stage}: {exc}") from None
-        return TestDependencies(files, list(self.extras), list(self.packages), groups, self.pytest)
+        return SuiteDependencies(files, list(self.extras), list(self.packages), groups, self.pytest)

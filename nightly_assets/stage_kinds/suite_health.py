@@ -21,7 +21,7 @@ from nightly_assets.warehouse.resources import WarehouseResource
 from nightly_assets.warehouse.rows import TestVerdict
 
 
-class TestHealthParams(StageParams):
+class SuiteHealthParams(StageParams):
     __test__ = False
 
     nights: int = Field(default=30, ge=3)  # the window a test is judged over
@@ -33,7 +33,7 @@ class TestHealthParams(StageParams):
 
 
 def build_test_health_asset(spec: StageSpec) -> dg.AssetsDefinition:
-    params = spec.params(TestHealthParams)
+    params = spec.params(SuiteHealthParams)
     thresholds = spec.pipeline.thresholds
     suites = params.suites or [n for n in spec.upstream() if spec.pipeline.stage(n).kind == "test_suite"]
     urls = {repo.name: repo.url for repo in spec.pipeline.repositories}
@@ -168,5 +168,5 @@ def _table(judged: list[Judged]) -> str:
 
 
 KIND = StageKind(
-    "test_health", TestHealthParams, build_test_health_asset, frozenset({"sql"}), frozenset({ORCHESTRATOR})
+    "test_health", SuiteHealthParams, build_test_health_asset, frozenset({"sql"}), frozenset({ORCHESTRATOR})
 )
