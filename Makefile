@@ -20,11 +20,15 @@ check: ## lint, format, types, and the definitions as dg sees them
 	$(BIN)/mypy nightly_assets benchmarks
 	$(BIN)/dg check defs
 
-test: ## the whole suite (starts the peers it needs)
-	$(BIN)/python -m pytest -q
+# Four workers on two cores: most of a test's time is spent waiting on a peer (dockerd, bazel,
+# a night's subprocesses), not on our CPU. Tests sharing a one-owner peer stay on one worker.
+TEST_WORKERS ?= 4
+
+test: ## the whole suite, in parallel (starts the peers it needs; prints the slowest tests)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 test-fast: ## everything but the full demo nights
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "not slow"
 
 demo: ## materialize one real demo night on this machine
 	$(BIN)/nightly run demo --night $(NIGHT)

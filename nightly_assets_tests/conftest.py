@@ -1,6 +1,9 @@
-"""Shared fixtures: an isolated NIGHTLY_HOME and DAGSTER_HOME per test, and the peers' fixtures."""
+"""Shared fixtures: an isolated NIGHTLY_HOME and DAGSTER_HOME per test, and the peers' fixtures;
+the grouping of tests onto pytest-xdist workers by the peer they share."""
 
 import pytest
+
+from nightly_assets_tests.peers import shared
 
 pytest_plugins = [
     "nightly_assets_tests.peers.mysql",
@@ -44,3 +47,32 @@ def dagster_home(tmp_path, monkeypatch, nightly_home):
     home = tmp_path / "dagster_home"
     monkeypatch.setenv("DAGSTER_HOME", str(home))
     return home
+
+
+# Tests that share a peer which one process must own run on one xdist worker (`--dist loadgroup`):
+# Bazel locks its output base per command, Slurm's one node has one name, the browser tests share
+# one UI daemon, and the container tests assert that the engine holds no container of theirs after
+# them (another worker's builds would show) and clean images up. The first marker that names a
+# group wins, so a test is in one group only.
+WORKER_GROUP_OF_MARKER = {
+    "browser": "browser",
+    "docker": "docker",
+    "registry": "docker",
+    "bazel": "bazel",
+    "slurm": "slurm",
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        marker = next((m for m in WORKER_GROUP_OF_MARKER if item.get_closest_marker(m)), None)
+        if marker is not None and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(WORKER_GROUP_OF_MARKER[marker]))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    shared.configure(config)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shared.stop_owned(config)

@@ -45,6 +45,7 @@ from nightly_assets.batch.sweep import (
 )
 from nightly_assets.batch.toy_benchmark import toy_benchmark_argv
 from nightly_assets.batch.watch import never_starts
+from nightly_assets_tests.waiting import wait_for
 
 WALLTIME = dt.timedelta(seconds=30)
 TOY = toy_benchmark_argv(0.4)  # long enough for jobs to overlap
@@ -63,13 +64,9 @@ def batch(tmp_path: Path) -> Iterator[BatchSchedulerResource]:
 
 
 def _final(batch: BatchSchedulerResource, job_id: str, timeout_s: float = 15) -> JobStatus:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        status = batch.status(job_id)
-        if status.finished:
-            return status
-        time.sleep(0.05)
-    raise AssertionError(f"job {job_id} did not end within {timeout_s} s")
+    return wait_for(
+        f"job {job_id} to end", lambda: (s := batch.status(job_id)).finished and s, timeout_s, 0.05
+    )
 
 
 def _running(pid: int) -> bool:
@@ -89,12 +86,9 @@ def _gone(pid: int, timeout_s: float = 5) -> bool:
 
 
 def _wait_for_file(path: Path, timeout_s: float = 10) -> str:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if path.is_file() and path.read_text().strip():
-            return path.read_text().strip()
-        time.sleep(0.05)
-    raise AssertionError(f"{path} was not written within {timeout_s} s")
+    return wait_for(
+        f"{path} to be written", lambda: path.is_file() and path.read_text().strip(), timeout_s, 0.05
+    )
 
 
 # --- local scheduler -------------------------------------------------------------------------

@@ -42,6 +42,7 @@ from nightly_assets.catalog.loader import load_catalog
 from nightly_assets.resources import resources_for
 from nightly_assets.settings import env_var_names
 from nightly_assets_tests.peers.docker import DockerEngine
+from nightly_assets_tests.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
@@ -445,13 +446,7 @@ time.sleep(120)
 
 
 def _wait_for(predicate: Any, what: str, timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
+    return wait_for(what, predicate, timeout_s=timeout)
 
 
 def _read_from_volumes(client, image: str, volumes: list[str], path: str) -> bytes:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import functools
 import json
 import os
 import signal
@@ -19,10 +20,10 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import dagster as dg
 import pytest
@@ -32,6 +33,7 @@ from nightly_assets.catalog.loader import load_catalog
 from nightly_assets.results import NightKey
 from nightly_assets.warehouse.store import Warehouse
 from nightly_assets_tests.peers.process import free_port
+from nightly_assets_tests.waiting import wait_for as wait_scaled
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -47,17 +49,8 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 FAILED_NIGHTS = ("2026-11-07", "2026-11-08")  # commit 0.2.0 of 11-06: test_mean fails
-T = TypeVar("T")
-
-
-def wait_for(what: str, probe: Callable[[], T | None], timeout_s: float = 240, every_s: float = 1) -> T:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = probe()
-        if value:
-            return value
-        time.sleep(every_s)
-    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+# The UI answers within seconds on a quiet machine; runs and sensor ticks within minutes.
+wait_for = functools.partial(wait_scaled, timeout_s=240, every_s=1)
 
 
 @dataclass

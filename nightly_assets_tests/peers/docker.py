@@ -30,6 +30,7 @@ import docker  # type: ignore[import-untyped]
 import pytest
 import requests
 
+from nightly_assets_tests.peers import shared
 from nightly_assets_tests.peers.process import stop_process
 
 DOCKERD = "dockerd"
@@ -258,7 +259,7 @@ def docker_engine() -> Iterator[DockerEngine]:
     try:
         yield engine
     finally:
-        if engine.process is not None:
+        if engine.process is not None and not shared.hand_over(layout.pidfile):
             _stop(engine.process)
 
 
