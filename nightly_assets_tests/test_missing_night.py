@@ -232,6 +232,14 @@ def test_a_first_start_alerts_nights_since_the_pipeline_first_ran(fresh_night):
     assert [a["title"] for a in fresh_night.alerts()] == ["demo night 2026-11-24 is missing"]
 
 
+def test_a_summary_in_the_instance_counts_as_the_pipeline_having_run(fresh_night):
+    fresh_night.summarize("2026-11-23")
+
+    fresh_night.evaluate(dt.datetime(2026, 11, 26, 10, 0, tzinfo=dt.UTC))
+
+    assert [a["title"] for a in fresh_night.alerts()] == ["demo night 2026-11-24 is missing"]
+
+
 def test_a_cursor_of_the_first_format_keeps_judging_where_it_was(fresh_night):
     """A sensor that ran before this change: its cursor holds only the judged deadlines."""
     fresh_night.cursor = json.dumps({"demo": "2026-11-03T15:00:00+00:00"})
