@@ -14,6 +14,8 @@ import dagster as dg
 import pytest
 from dagster._core.events import DagsterEventType
 
+from nightly_assets.artefacts import credentials
+from nightly_assets.artefacts import gcs as gcs_module
 from nightly_assets.artefacts.gcs import GcsArtefactStoreResource
 from nightly_assets.artefacts.resources import ArtefactError
 from nightly_assets.artefacts.serve import make_server
@@ -181,18 +183,127 @@ def test_a_store_that_cannot_upload_names_the_file_and_the_bucket(tmp_path, monk
         store.publish(FAILED_NIGHT, "tests_unit", [stage / "junit.xml"])
 
 
-def test_a_store_without_credentials_is_an_artefact_error_naming_the_bucket(tmp_path, monkeypatch):
-    """No application default credentials (prod without GOOGLE_APPLICATION_CREDENTIALS): google-auth
-    raises its own error, which the store turns into the logged, non-fatal ArtefactError."""
+def without_gcp_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A host outside Google Cloud with no credentials configured: no key, no gcloud login, no
+    metadata server setting, and not a GCE VM."""
+    for name in (
+        "STORAGE_EMULATOR_HOST",
+        "GOOGLE_APPLICATION_CREDENTIALS",
+        "GOOGLE_CLOUD_PROJECT",
+        "GCE_METADATA_HOST",
+        "GCE_METADATA_ROOT",
+        "GCE_METADATA_IP",
+        "NO_GCE_CHECK",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path / "no-gcloud"))
+    monkeypatch.setattr(credentials, "GCE_PRODUCT_NAME_FILE", tmp_path / "no-dmi" / "product_name")
+
+
+class Calls:
+    """Counts the calls of a function while still calling it."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, owner: object, name: str) -> None:
+        self.count = 0
+        real = getattr(owner, name)
+
+        def counted(*args: object, **kwargs: object) -> object:
+            self.count += 1
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(owner, name, counted)
+
+
+def test_a_run_without_credentials_looks_them_up_once_and_never_waits(nightly_home, tmp_path, monkeypatch):
+    """The bucket is set and no credentials are: every step's publish fails at once (local-only)
+    without asking google-auth, whose metadata-server probe waits ~12 s per lookup; the lookup is
+    made once for the whole run, and the run's log says once, clearly, that reports stay local."""
+    import google.auth
+    from google.auth.compute_engine import _metadata
+
+    without_gcp_credentials(monkeypatch, tmp_path)
+    monkeypatch.setenv("NIGHTLY_ARTEFACTS_BUCKET", "nightly-artefacts")
+    adc = Calls(monkeypatch, google.auth, "default")
+    metadata = Calls(monkeypatch, _metadata, "ping")
+    gce = Calls(monkeypatch, _metadata, "is_on_gce")
+    credentials._lookup.cache_clear()
+    gcs_module._LOCAL_ONLY_SAID.clear()
+    store = resources_for("local", nightly_home)["artefacts"]
+    assert isinstance(store, GcsArtefactStoreResource)
+
+    def stage(name: str) -> dg.AssetsDefinition:
+        @dg.asset(name=name, required_resource_keys={"artefacts"})
+        def _stage(context) -> None:  # unannotated: Dagster rejects a string annotation
+            artefacts = context.resources.artefacts
+            folder = artefacts.stage_dir(FAILED_NIGHT, name)
+            (folder / "junit.xml").write_text("<testsuite/>")
+            try:  # as the stages publish: a store that cannot take the reports is a warning
+                artefacts.publish(FAILED_NIGHT, name, artefacts.reports(FAILED_NIGHT, name))
+            except ArtefactError as exc:
+                context.log.warning(f"{name}: reports not published, they stay in {folder}: {exc}")
+
+        return _stage
+
+    instance = dg.DagsterInstance.ephemeral()
+    result = dg.materialize(
+        [stage("sources"), stage("wheels"), stage("tests_unit")],
+        resources={"artefacts": store},
+        instance=instance,
+    )
+
+    assert result.success
+    assert credentials._lookup.cache_info().misses == 1  # one lookup for the run's three steps
+    assert (adc.count, metadata.count, gce.count) == (0, 0, 0)  # no google-auth, no metadata server
+    messages = [r.user_message for r in instance.all_logs(result.run_id)]
+    said = [m for m in messages if "artefact store local-only" in m]
+    assert len(said) == 1, said
+    assert "no Google Cloud credentials are configured (GOOGLE_APPLICATION_CREDENTIALS" in said[0]
+    assert "gs://nightly-artefacts" in said[0] and str(nightly_home / "artefacts") in said[0]
+    skipped = [m for m in messages if "reports not published" in m]
+    assert len(skipped) == 3
+    assert all("local-only, no credentials for gs://nightly-artefacts" in m for m in skipped)
+
+
+def test_credentials_that_fail_to_load_make_the_store_local_only(tmp_path, monkeypatch):
+    """A key file that is not there: google-auth is asked once (no metadata server), the store
+    names the bucket, and the reason is logged once."""
     from dagster_gcp import GCSResource
 
-    for name in ("STORAGE_EMULATOR_HOST", "GOOGLE_APPLICATION_CREDENTIALS", "GOOGLE_CLOUD_PROJECT"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("NO_GCE_CHECK", "True")
-    monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path / "no-gcloud"))  # no user credentials either
-    monkeypatch.setenv("GCE_METADATA_HOST", f"127.0.0.1:{free_port()}")  # no metadata server
+    without_gcp_credentials(monkeypatch, tmp_path)
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "missing-key.json"))
+    credentials._lookup.cache_clear()
     store = GcsArtefactStoreResource(root=str(tmp_path), gcs=GCSResource(project="p"), bucket="b")
     stage = store.stage_dir(FAILED_NIGHT, "tests_unit")
     (stage / "junit.xml").write_text("<testsuite/>")
-    with pytest.raises(ArtefactError, match=r"cannot open gs://b: DefaultCredentialsError"):
-        store.publish(FAILED_NIGHT, "tests_unit", [stage / "junit.xml"])
+    for _ in range(2):
+        with pytest.raises(ArtefactError, match=r"local-only, no credentials for gs://b"):
+            store.publish(FAILED_NIGHT, "tests_unit", [stage / "junit.xml"])
+    found = credentials.gcp_credentials("p")
+    assert found.missing.startswith("GOOGLE_APPLICATION_CREDENTIALS (")
+    assert "DefaultCredentialsError" in found.missing and "missing-key.json" in found.missing
+    assert credentials._lookup.cache_info().misses == 1
+
+
+@pytest.mark.gcs
+def test_the_emulator_needs_no_credentials_and_publishing_works(nightly_home, tmp_path, monkeypatch, gcs):
+    """With the emulator (as with a real bucket and credentials) the reports are uploaded and their
+    links open; the lookup asks google-auth nothing."""
+    import google.auth
+    from dagster_gcp import GCSResource
+
+    adc = Calls(monkeypatch, google.auth, "default")
+    credentials._lookup.cache_clear()
+    store = GcsArtefactStoreResource(
+        root=str(nightly_home / "artefacts"),
+        gcs=GCSResource(project="nightly-test"),
+        bucket=gcs.bucket,
+        base_url=gcs.url,
+    )
+    stage = store.stage_dir(FAILED_NIGHT, "tests_unit")
+    (stage / "pytest.log").write_text("test_mean failed\n")
+
+    links = store.publish(FAILED_NIGHT, "tests_unit", store.reports(FAILED_NIGHT, "tests_unit"))
+
+    assert links == {"pytest.log": gcs.object_url("nightly/demo/2026-11-07/cpu/tests_unit/pytest.log")}
+    assert fetch(links["pytest.log"]) == "test_mean failed\n"
+    assert adc.count == 0

@@ -3,6 +3,10 @@ to a GCS bucket through dagster-gcp, and the links point there.
 
 A module of its own so that dagster-gcp (which imports BigQuery, pandas and pyarrow) is imported only
 where a bucket is configured: the resource needs GCSResource when its class is defined.
+
+Without credentials the store is local-only: it says so once per process (each step of a run is a
+process) with what to configure, and each publish then fails at once, without asking google-auth
+(which would wait ~12 s on a metadata server that is not there).
 """
 
 from __future__ import annotations
@@ -13,10 +17,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import dagster as dg
 from dagster_gcp import GCSResource
+from google.cloud import storage
 from google.cloud.storage.retry import DEFAULT_RETRY
 from pydantic import Field
 
+from nightly_assets.artefacts.credentials import gcp_credentials
 from nightly_assets.artefacts.resources import ArtefactError, ArtefactStoreResource
 from nightly_assets.results import NightKey
 from nightly_assets.settings import Seconds
@@ -42,10 +49,7 @@ class GcsArtefactStoreResource(ArtefactStoreResource):
     )
 
     def publish(self, key: NightKey, stage: str, files: Iterable[Path]) -> dict[str, str]:
-        try:
-            bucket = self.gcs.get_client().bucket(self.bucket)
-        except Exception as exc:  # no credentials, a bad project: say so, never lose the night
-            raise ArtefactError(f"cannot open gs://{self.bucket}: {type(exc).__name__}: {exc}") from exc
+        bucket = self._bucket()
         folder = self._path(key, stage).resolve()
         links = {}
         for path in files:
@@ -76,8 +80,8 @@ class GcsArtefactStoreResource(ArtefactStoreResource):
         root = Path(self.root)
         deadline = float(self.upload_deadline_s)  # a bucket that is down must not hold up the summary
         calls = {"timeout": min(60.0, deadline), "retry": DEFAULT_RETRY.with_deadline(deadline)}
+        bucket = self._bucket()
         try:
-            bucket = self.gcs.get_client().bucket(self.bucket)
             for night_name, night_prefix in _subfolders(bucket, f"{self._object(root / pipeline)}/", calls):
                 try:
                     night = dt.date.fromisoformat(night_name)
@@ -96,12 +100,35 @@ class GcsArtefactStoreResource(ArtefactStoreResource):
             raise ArtefactError(f"cannot prune gs://{self.bucket}/: {type(exc).__name__}: {exc}") from exc
         return sorted(removed)
 
+    def _bucket(self) -> Any:
+        """The bucket, through a client made with this process's credentials (looked up once);
+        an ArtefactError naming the bucket when there are none (local-only) or it cannot be opened."""
+        found = gcp_credentials(self.gcs.project)
+        if found.missing:
+            if self.bucket not in _LOCAL_ONLY_SAID:
+                _LOCAL_ONLY_SAID.add(self.bucket)
+                dg.get_dagster_logger().warning(
+                    f"artefact store local-only: {found.missing}. Reports are not uploaded to "
+                    f"gs://{self.bucket}: they stay in the stage folders under {self.root} and the "
+                    "UI links no report. Configure credentials to publish them."
+                )
+            raise ArtefactError(f"local-only, no credentials for gs://{self.bucket}")
+        try:
+            # Objects need no project; None would make the client look credentials up again.
+            client = storage.Client(project=found.project or "<none>", credentials=found.credentials)
+            return client.bucket(self.bucket)
+        except Exception as exc:  # a bad project or key: say so, never lose the night
+            raise ArtefactError(f"cannot open gs://{self.bucket}: {type(exc).__name__}: {exc}") from exc
+
     def folder_url(self, key: NightKey, stage: str) -> str:
         return f"{self.browse_url.rstrip('/')}/{self.bucket}/{quote(self._object(self._path(key, stage)))}/"
 
     def _object(self, path: Path) -> str:
         relative = path.resolve().relative_to(Path(self.root).resolve()).as_posix()
         return f"{self.prefix.strip('/')}/{relative}" if self.prefix.strip("/") else relative
+
+
+_LOCAL_ONLY_SAID: set[str] = set()  # the buckets this process said it does not use
 
 
 def _subfolders(bucket: Any, prefix: str, calls: dict[str, Any]) -> list[tuple[str, str]]:

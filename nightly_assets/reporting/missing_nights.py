@@ -6,14 +6,19 @@ was down at its tick), and Dagster's freshness state is the whole asset's (its l
 materialization of any night or target), not each night x target's. So each night is judged here,
 once, when its deadline passes: the deadline from the pipeline's cron, and each target's summary
 partition from Dagster's materializations. The alert says why the night is likely missing.
+
+A deployment alerts only on the nights it was meant to run: a first start on 11-26 does not report
+11-24 missing. And it never stalls its tick on Slack: missing nights are queued in the cursor, sent
+in parallel with short timeouts, and what is not sent stays queued for the next tick.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
 import dagster as dg
@@ -25,9 +30,9 @@ from dagster._time import get_current_datetime
 from dagster._utils.schedules import cron_string_iterator
 
 from nightly_assets.catalog.models import Catalog, Pipeline
-from nightly_assets.partitions import night_of_tick, partition_key
+from nightly_assets.partitions import night_key, night_of_tick, partition_key
 from nightly_assets.reporting.alerts import PIPELINE_TAG, brief
-from nightly_assets.reporting.follow_up import send_alerts, summary_stage
+from nightly_assets.reporting.follow_up import summary_stage
 from nightly_assets.reporting.resources import Alert, NotifierResource
 
 if TYPE_CHECKING:
@@ -36,6 +41,10 @@ if TYPE_CHECKING:
 PARTITION_TAG = "dagster/partition"
 FIRST_LOOKBACK = dt.timedelta(days=1)  # a new sensor (or a reset cursor) judges the latest night
 MAX_LOOKBACK = dt.timedelta(days=7)  # after a longer outage, older nights are not alerted one by one
+# A sensor tick is cut off after 60 s (Dagster's default): alerts are sent in parallel, and what has no
+# answer after SEND_BUDGET_S stays queued in the cursor for the next tick.
+SEND_BUDGET_S = 20.0
+MAX_PARALLEL_SENDS = 8
 
 
 @dataclass(frozen=True)
@@ -54,7 +63,36 @@ class Judged:
 
     cursor: str
     sent: list[Alert]
-    unsent: dict[str, str]  # title -> why; that night is judged again on the next evaluation
+    unsent: dict[str, str]  # title -> why; kept in the cursor, sent again on the next evaluation
+
+
+@dataclass
+class MissingNightCursor:
+    """What the sensor keeps between evaluations (as JSON in its cursor)."""
+
+    judged: dict[str, str] = field(default_factory=dict)  # pipeline -> the last deadline judged
+    # pipeline -> when this sensor first judged it (the deployment, or the pipeline's addition)
+    watched_since: dict[str, str] = field(default_factory=dict)
+    queued: list[Alert] = field(default_factory=list)  # judged missing, not sent yet
+
+    @classmethod
+    def parse(cls, cursor: str | None) -> MissingNightCursor:
+        document = json.loads(cursor) if cursor else {}
+        if "judged" not in document:  # the first format: only the judged deadlines, by pipeline
+            return cls(judged=dict(document))
+        return cls(
+            judged=dict(document["judged"]),
+            watched_since=dict(document.get("watched_since", {})),
+            queued=[Alert(**alert) for alert in document.get("queued", [])],
+        )
+
+    def dumps(self) -> str:
+        document = {
+            "judged": self.judged,
+            "watched_since": self.watched_since,
+            "queued": [asdict(alert) for alert in self.queued],
+        }
+        return json.dumps(document, sort_keys=True)
 
 
 def alert_missing_nights(
@@ -64,29 +102,97 @@ def alert_missing_nights(
     cursor: str | None,
     notifier: NotifierResource,
     location: str | None = None,
+    send_budget_s: float = SEND_BUDGET_S,
 ) -> Judged:
     """Judge every night whose deadline passed since the cursor (per pipeline: the last deadline
-    judged) and alert on each missing one; `location` picks the code location's schedule states."""
+    judged) and alert on each missing one; `location` picks the code location's schedule states.
+
+    Only nights the deployment was meant to run are judged: whose schedule tick came after this
+    sensor first watched the pipeline, or no older than the earliest night the pipeline has in this
+    instance (a run or a summary). Alerts are queued in the cursor and sent in parallel for at most
+    `send_budget_s`; the ones not sent stay queued for the next evaluation."""
     now = get_current_datetime()
-    judged: dict[str, str] = json.loads(cursor) if cursor else {}
+    state = MissingNightCursor.parse(cursor)
     states = schedule_states(instance, location)
-    sent: list[Alert] = []
-    unsent: dict[str, str] = {}
     for pipeline in catalog.pipelines.values():
-        schedule = schedules[pipeline.name]
-        state = states.get(schedule.name)
-        summary = dg.AssetKey([pipeline.name, summary_stage(catalog, pipeline.name)])
-        expected = meant_to_run(schedule, state)  # a schedule off by design misses no night
-        for due in due_nights(pipeline, _since(judged.get(pipeline.name), now), now):
-            alert = missing_night_alert(instance, summary, due, schedule, state) if expected else None
-            if alert is not None:
-                failed = send_alerts([alert], notifier)
-                if failed:
-                    unsent[alert.title] = failed[0]
-                    break  # the pipeline's cursor stays before this night
-                sent.append(alert)
-            judged[pipeline.name] = due.deadline.isoformat()
-    return Judged(json.dumps(judged, sort_keys=True), sent, unsent)
+        if pipeline.name not in state.judged:
+            state.watched_since.setdefault(pipeline.name, now.isoformat())
+        state.queued.extend(_judge(instance, catalog, pipeline, schedules[pipeline.name], states, state, now))
+    sent, unsent = send_in_parallel(state.queued, notifier, send_budget_s)
+    state.queued = [alert for alert in state.queued if alert.title in unsent]
+    return Judged(state.dumps(), sent, unsent)
+
+
+def _judge(
+    instance: dg.DagsterInstance,
+    catalog: Catalog,
+    pipeline: Pipeline,
+    schedule: dg.ScheduleDefinition,
+    states: Mapping[str, InstigatorState],
+    state: MissingNightCursor,
+    now: dt.datetime,
+) -> list[Alert]:
+    """The alerts of the pipeline's nights due since the cursor; advances its judged deadline."""
+    summary = dg.AssetKey([pipeline.name, summary_stage(catalog, pipeline.name)])
+    schedule_state = states.get(schedule.name)
+    expected = meant_to_run(schedule, schedule_state)  # a schedule off by design misses no night
+    since = state.watched_since.get(pipeline.name)
+    watched_since = dt.datetime.fromisoformat(since) if since else None
+    first_night: list[dt.date | None] = []  # looked up once, only for a night ticked before that
+    alerts = []
+    for due in due_nights(pipeline, _since(state.judged.get(pipeline.name), now), now):
+        state.judged[pipeline.name] = due.deadline.isoformat()
+        if not expected:
+            continue
+        if watched_since is not None and due.tick < watched_since:
+            if not first_night:
+                first_night.append(earliest_night(instance, pipeline.name, summary))
+            if first_night[0] is None or due.night < first_night[0]:
+                continue  # before this deployment watched it, and before the pipeline first ran
+        alert = missing_night_alert(instance, summary, due, schedule, schedule_state)
+        if alert is not None:
+            alerts.append(alert)
+    return alerts
+
+
+def earliest_night(instance: dg.DagsterInstance, pipeline: str, summary: dg.AssetKey) -> dt.date | None:
+    """The earliest night the pipeline has in this instance: of a run, or of a summary."""
+    partitions = {
+        data.partition
+        for data in instance.get_run_partition_data(dg.RunsFilter(tags={PIPELINE_TAG: pipeline}))
+    }
+    partitions |= instance.get_materialized_partitions(summary)
+    nights = []
+    for partition in partitions:
+        try:
+            nights.append(night_key(pipeline, partition).night)
+        except ValueError:  # not a night x target key
+            continue
+    return min(nights, default=None)
+
+
+def send_in_parallel(
+    alerts: Sequence[Alert], notifier: NotifierResource, budget_s: float
+) -> tuple[list[Alert], dict[str, str]]:
+    """Send each alert on its own thread and wait at most `budget_s` for all of them: the alerts
+    sent, and the others by title with why. One that has no answer by then counts as unsent (sent
+    again later: it may then arrive twice, never not at all)."""
+    if not alerts:
+        return [], {}
+    pool = ThreadPoolExecutor(min(len(alerts), MAX_PARALLEL_SENDS), thread_name_prefix="missing-night-alert")
+    futures = {pool.submit(notifier.notify, alert): alert for alert in alerts}
+    done, _ = wait(futures, timeout=budget_s)
+    pool.shutdown(wait=False, cancel_futures=True)  # a notifier that ignores its timeout is not waited for
+    sent, unsent = [], {}
+    for future, alert in futures.items():
+        error = future.exception() if future in done else None
+        if future not in done:
+            unsent[alert.title] = f"no answer within {budget_s:g} s"
+        elif error is not None:
+            unsent[alert.title] = f"{type(error).__name__}: {error}"
+        else:
+            sent.append(alert)
+    return sent, unsent
 
 
 def _since(last_judged: str | None, now: dt.datetime) -> dt.datetime:

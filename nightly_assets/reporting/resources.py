@@ -63,9 +63,15 @@ class SlackNotifierResource(NotifierResource):
     api_url: str | None = Field(
         default=None, description="Slack's Web API base URL (slack-sdk's default when unset)."
     )
+    timeout_s: int = Field(
+        default=5,
+        description="How long one request waits for Slack (slack-sdk retries a lost connection once). "
+        "Short: the alert sensors must end well within their tick; an unsent alert is sent again.",
+    )
 
     def notify(self, alert: Alert) -> None:
         client = self.slack.get_client()
+        client.timeout = self.timeout_s  # slack-sdk's default is 30 s
         if self.api_url:
             client.base_url = self.api_url.rstrip("/") + "/"
         client.chat_postMessage(channel=alert.channel, text=alert.text())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs
@@ -17,8 +18,17 @@ class FakeSlack:
     token: str
     posts: list[dict[str, str]] = field(default_factory=list)
     down: bool = False  # answer 503, as Slack does in an outage
+    # cleared: requests hang, unanswered, until it is set again (a Slack or DNS outage that never
+    # answers); a request held that way then fails and posts nothing
+    answering: threading.Event = field(default_factory=threading.Event)
+
+    def __post_init__(self) -> None:
+        self.answering.set()
 
     def respond(self, request: Request) -> Response:
+        if not self.answering.is_set():
+            self.answering.wait(timeout=120)
+            return Response(503, b"upstream timed out", content_type="text/plain")
         if self.down:
             return Response(503, b"upstream unavailable", content_type="text/plain")
         if request.method != "POST" or request.path != "/api/chat.postMessage":
@@ -43,4 +53,5 @@ def slack_api() -> Iterator[tuple[FakeSlack, str]]:
     try:
         yield fake, f"{server.url}/api/"
     finally:
+        fake.answering.set()  # requests still held end now
         server.stop()
