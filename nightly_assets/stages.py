@@ -13,8 +13,11 @@ from typing import Any, Literal, TypeVar
 import dagster as dg
 
 from nightly_assets.artefacts.resources import ArtefactStoreResource
-from nightly_assets.catalog.kinds import StageParams, kind_rules
-from nightly_assets.catalog.models import Catalog, Pipeline, Runner, Stage, Target
+from nightly_assets.catalog.fields import Arch
+from nightly_assets.catalog.kinds import ORCHESTRATOR, StageParams, kind_rules
+from nightly_assets.catalog.models import Catalog, Pipeline, Stage, Target
+from nightly_assets.catalog.runner import Runner
+from nightly_assets.catalog.suite import Suite
 from nightly_assets.devices.facts import DeviceFacts
 from nightly_assets.manifests import PinnedRepo, SourcesManifest
 from nightly_assets.night_lease import hold_night
@@ -29,44 +32,87 @@ class StageNotAvailable(RuntimeError):
     """The stage cannot run where the night put it; the message says what it needs instead."""
 
 
+ENVIRONMENT_KINDS = ("environment", "docker_image")  # stages that make the night's Python
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """A stage upstream of another, with its kind."""
+
+    name: str
+    kind: str
+
+
 @dataclass(frozen=True)
 class StageSpec:
-    """One stage of one pipeline, with everything its asset builder needs from the catalog."""
+    """One stage of one pipeline, resolved from the catalog once, when the definitions are built.
+
+    Besides the catalog's own records (`pipeline`, `stage`) it holds what the stage's asset builder
+    and its run ask of the catalog, answered: its key, the stages upstream with their kinds and
+    the nearest environment among them, its suite, its runner per target arch with their kinds
+    and pool, the repository it works on and the sources stage that pinned it, its targets and
+    its kind's tags. So neither the builder nor the run goes back to the catalog to ask.
+    """
 
     catalog: Catalog
     catalog_dir: Path
     pipeline: Pipeline
     stage: Stage
     partitions_def: dg.MultiPartitionsDefinition
+    # Resolved from the five above by __post_init__ (not compared: they follow from them).
+    key: dg.AssetKey = field(init=False, compare=False)
+    upstream_stages: tuple[Upstream, ...] = field(init=False, compare=False)  # nearest first
+    environment: Upstream | None = field(init=False, compare=False)  # nearest environment/docker_image
+    suite: Suite | None = field(init=False, compare=False)  # a test_suite stage's (the catalog asks one)
+    runners: Mapping[Arch, tuple[str, Runner | None]] = field(init=False, compare=False)  # by target arch
+    runner_names: tuple[str, ...] = field(init=False, compare=False)  # every runner it names
+    runner_kinds: tuple[str | None, ...] = field(init=False, compare=False)  # sorted; (None,): none named
+    pool: str | None = field(init=False, compare=False)  # the Dagster pool its runners hold
+    targets: Mapping[str, Target] = field(init=False, compare=False)  # the partition's target by name
+    repo_name: str = field(init=False, compare=False)  # `params.repo`, else the pipeline's first
+    sources_stage: str = field(init=False, compare=False)  # the stage that pins the night's checkouts
+    kind_tags: frozenset[str] = field(init=False, compare=False)  # its kind's kinds tags in the UI
 
-    @property
-    def key(self) -> dg.AssetKey:
-        return dg.AssetKey([self.pipeline.name, self.stage.name])
+    def __post_init__(self) -> None:
+        pipeline, stage, catalog = self.pipeline, self.stage, self.catalog
+        kind_of = {s.name: s.kind for s in pipeline.stages}
+        upstream = tuple(Upstream(name, kind_of[name]) for name in pipeline.upstream(stage.name))
+        names = tuple(stage.runner_names())
+        resolved: dict[str, Any] = dict(
+            key=dg.AssetKey([pipeline.name, stage.name]),
+            upstream_stages=upstream,
+            environment=next((u for u in upstream if u.kind in ENVIRONMENT_KINDS), None),
+            suite=stage.suite,
+            runners={t.arch: _runner_for(catalog, stage, t.arch) for t in pipeline.targets},
+            runner_names=names,
+            runner_kinds=tuple(sorted({catalog.runners[n].kind for n in names})) or (None,),
+            pool=next((p for p in (catalog.runners[n].pool for n in names) if p), None),
+            targets={t.name: t for t in pipeline.targets},
+            repo_name=getattr(stage.typed_params, "repo", None) or pipeline.repositories[0].name,
+            sources_stage=next(s.name for s in pipeline.stages if s.kind == "sources"),
+            kind_tags=kind_rules(stage.kind).kinds,
+        )
+        for name, value in resolved.items():
+            object.__setattr__(self, name, value)  # frozen: set once, here
 
     def dep_key(self, stage: str) -> dg.AssetKey:
         return dg.AssetKey([self.pipeline.name, stage])
 
     def upstream(self) -> list[str]:
         """Every stage upstream of this one, nearest first (breadth first)."""
-        return self.pipeline.upstream(self.stage.name)
+        return [u.name for u in self.upstream_stages]
 
     def upstream_stage(self, *kinds: str) -> str | None:
         """The nearest stage upstream of this one whose kind is one of `kinds`."""
-        return next((n for n in self.upstream() if self.pipeline.stage(n).kind in kinds), None)
+        return next((u.name for u in self.upstream_stages if u.kind in kinds), None)
 
     def pinned_repo(
         self, artefacts: ArtefactStoreResource, key: NightKey, repo: str | None = None
     ) -> PinnedRepo:
         """The sources stage's record of `repo` (default: the stage's `params.repo`, else the first):
         its night's checkout (`path`), `sha`, `url` and `branch`."""
-        sources = self.pipeline.stages_of("sources")[0].name
-        repo = repo or self.repo_name
-        return artefacts.manifest(key, sources, SourcesManifest).repos[repo]
-
-    @property
-    def repo_name(self) -> str:
-        """The repository the stage works on: `params.repo`, else the pipeline's first."""
-        return self.pipeline.repo_of(self.stage)
+        manifest = artefacts.manifest(key, self.sources_stage, SourcesManifest)
+        return manifest.repos[repo or self.repo_name]
 
     def params(self, model: type[P]) -> P:
         """The stage's `params`, as its kind's model validated them when the catalog loaded."""
@@ -86,32 +132,25 @@ class StageSpec:
         """The night's pinned checkout of the stage's repository."""
         return Path(self.pinned_repo(artefacts, key).path)
 
-    @property
-    def pool(self) -> str | None:
-        return self.catalog.pool_of(self.stage)
-
     def runner(self, target: Target) -> tuple[str, Runner | None]:
-        name = self.stage.runner_for(target.arch)
-        if name is None:
-            return "orchestrator", None
-        return name, self.catalog.runners[name]
+        """The runner the stage uses for `target` (its name, and None for the orchestrator)."""
+        return self.runners[target.arch]
 
     def asset_args(self, **extra: Any) -> dict[str, Any]:
         """Keyword arguments for `dg.asset` / `dg.multi_asset` shared by every stage kind."""
-        kinds = set(kind_rules(self.stage.kind).kinds)
         if "check_specs" in extra:
             extra["check_specs"] = [self.partitioned_check(c) for c in extra["check_specs"]]
         return dict(
             key=self.key,
             group_name=self.pipeline.name,
             description=self.stage.description,
-            kinds=kinds,
+            kinds=set(self.kind_tags),
             partitions_def=self.partitions_def,
             deps=[self.dep_key(d) for d in self.stage.deps],
             pool=self.pool,
             owners=[f"team:{self.pipeline.name}"],
             tags={"nightly/stage_kind": self.stage.kind, "nightly/seed": self.pipeline.seed},
-            metadata={"runners": ", ".join(self.stage.runner_names()) or "orchestrator"},
+            metadata={"runners": ", ".join(self.runner_names) or ORCHESTRATOR},
             **extra,
         )
 
@@ -127,6 +166,11 @@ class StageSpec:
                 metadata=check.metadata,
                 partitions_def=self.partitions_def,
             )
+
+
+def _runner_for(catalog: Catalog, stage: Stage, arch: Arch) -> tuple[str, Runner | None]:
+    name = stage.runner_for(arch)
+    return (ORCHESTRATOR, None) if name is None else (name, catalog.runners[name])
 
 
 @dataclass
@@ -222,7 +266,7 @@ def recorded_stage(
 ) -> Iterator[StageRun]:
     """Run a stage body: fresh work folder, warehouse row for running/success/failure, manifest."""
     key = night_key(spec.pipeline.name, context.partition_key)
-    target = spec.pipeline.target(key.target)
+    target = spec.targets[key.target]
     runner_name, runner = spec.runner(target)
     store = warehouse.store()
     # Another run of this night ends before this one touches it.

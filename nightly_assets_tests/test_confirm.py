@@ -5,68 +5,45 @@ max_tests, time, a wholesale failure, a re-run that breaks) with a scripted re-r
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 import pytest
 
 from nightly_assets.catalog.models import BazelTests, Confirm, Suite
 from nightly_assets.night import NightOutcome
-from nightly_assets.resources import resources_for
 from nightly_assets.results import Outcome, TestCase, TestReport
 from nightly_assets.runners.rbe import bazel_rerunner, case_targets
 from nightly_assets.testing.confirm import Rerunner, confirm_failures, pytest_node_id, select
 from nightly_assets.testing.flakiness import MIN_WHOLESALE_FAILURES, is_wholesale
 from nightly_assets.testing.resources import TestRunError
 from nightly_assets.tpu import remote_suite
-from nightly_assets.warehouse import Warehouse
 from nightly_assets_tests.catalog_nights import CatalogNights
 from nightly_assets_tests.git_repo import commit_files, commit_folder
 from nightly_assets_tests.peers.bazel import BazelPeer
 from nightly_assets_tests.peers.docker import DockerEngine
+from nightly_assets_tests.suite_projects import (
+    ENVIRONMENT,
+    Stage,
+    flit_project,
+    night_store,
+    project_pipeline,
+    suite_stage,
+)
 from nightly_assets_tests.tpu_harness import KEY, make_sglang_repo
 
-PIPELINE = """
-name: confirmpkg
-title: confirmpkg nightly
-seed: "002"
-description: A flaky test and a broken one, confirmed by re-runs.
-cron: "0 2 * * *"
-start_date: 2026-11-01
-repositories:
-  - {{name: confirmpkg, url: "{upstream}", branch: main}}
-targets:
-  - {{name: cpu, arch: amd64}}
-stages:
-  - {{name: sources, kind: sources, description: The pinned checkout.}}
-  - {{name: wheels, kind: wheels, deps: [sources], description: The wheel.}}
-  - {{name: environment, kind: environment, deps: [wheels], description: The wheel installed., params: {{}}}}
-  - name: tests
-    kind: test_suite
-    deps: [environment]
-    description: The tests.
-    suite: {{paths: [tests], timeout_minutes: 10, runner: local{confirm}}}
-  - {{name: night_summary, kind: night_summary, deps: [tests], description: Summary.}}
-"""
-
-PROJECT = {
-    "pyproject.toml": """[build-system]
-requires = ["flit_core>=3.2,<4"]
-build-backend = "flit_core.buildapi"
-
-[project]
-name = "confirmpkg"
-version = "1.0"
-description = "A value, and tests of it."
-""",
-    "confirmpkg/__init__.py": '"""The value."""\nVALUE = 1\n',
-    # test_flaky fails on its first run of a night and passes after: a counter file outside the
-    # checkout counts its runs. test_broken fails every time while its file is there.
-    "tests/test_things.py": """import pathlib
+PROJECT = flit_project(
+    "confirmpkg",
+    "A value, and tests of it.",
+    {
+        "confirmpkg/__init__.py": '"""The value."""\nVALUE = 1\n',
+        # test_flaky fails on its first run of a night and passes after: a counter file outside the
+        # checkout counts its runs. test_broken fails every time while its file is there.
+        "tests/test_things.py": """import pathlib
 
 import confirmpkg
 
@@ -88,7 +65,16 @@ class TestFlaky:
 def test_broken():
     assert not BROKEN.exists(), "broken tonight"
 """,
-}
+    },
+)
+
+
+def confirm_pipeline(
+    upstream: Path, environment: Stage = ENVIRONMENT, runner: str = "local", **suite: Any
+) -> str:
+    description = "A flaky test and a broken one, confirmed by re-runs."
+    stages = [suite_stage(runner, **suite)]
+    return project_pipeline("confirmpkg", upstream, description, stages, environment=environment)
 
 
 @pytest.mark.slow
@@ -100,12 +86,12 @@ def test_a_flaky_test_passes_on_its_re_run_and_only_the_broken_one_fails_the_nig
     repo = tmp_path / "upstream" / "confirmpkg"
     tests = {"runs": str(runs), "broken": str(broken_file)}
     commit_files(repo, {n: t.format(**tests) if n.startswith("tests/") else t for n, t in PROJECT.items()})
-    key, stages, outcome = catalog_nights.run(PIPELINE.format(upstream=repo, confirm=""), "2026-11-03")
+    key, stages, outcome = catalog_nights.run(confirm_pipeline(repo), "2026-11-03")
 
     assert not outcome.succeeded  # test_broken fails every attempt
     assert runs.read_text() == "2"  # test_flaky ran twice: the suite's run and one re-run
     assert stages["tests"].detail == "2/3 passed (1 failed); 1 passed on a confirmation re-run"
-    with _store(catalog_nights.home) as store:
+    with night_store(catalog_nights.home) as store:
         [check] = [c for c in store.checks(key) if c.name == "tests_passed"]
         assert not check.passed
         assert "tests.test_things::test_broken" in check.description
@@ -131,7 +117,7 @@ def test_a_flaky_test_passes_on_its_re_run_and_only_the_broken_one_fails_the_nig
     # and the report's metadata says what the confirmation did and cost.
     runs.unlink()
     broken_file.unlink()
-    key, stages, outcome = catalog_nights.run(PIPELINE.format(upstream=repo, confirm=""), "2026-11-04")
+    key, stages, outcome = catalog_nights.run(confirm_pipeline(repo), "2026-11-04")
     assert outcome.succeeded, {s.stage: s.detail for s in stages.values()}
     assert stages["tests"].detail == "3/3 passed; 1 passed on a confirmation re-run"
     shown = _latest_materialization(catalog_nights, key).metadata
@@ -143,8 +129,8 @@ def test_a_flaky_test_passes_on_its_re_run_and_only_the_broken_one_fails_the_nig
 
     # attempts: 0 turns it off: the flaky test's first run (a fresh counter) fails the night.
     runs.unlink()
-    off = ", confirm: {attempts: 0}"
-    key, stages, outcome = catalog_nights.run(PIPELINE.format(upstream=repo, confirm=off), "2026-11-05")
+    off = confirm_pipeline(repo, confirm={"attempts": 0})
+    key, stages, outcome = catalog_nights.run(off, "2026-11-05")
     assert not outcome.succeeded and runs.read_text() == "1"
     assert stages["tests"].detail == "2/3 passed (1 failed)"
     assert "confirm" not in json.loads(
@@ -152,13 +138,15 @@ def test_a_flaky_test_passes_on_its_re_run_and_only_the_broken_one_fails_the_nig
     )
 
 
-IMAGE_STAGE = """  - name: environment
-    kind: docker_image
-    deps: [wheels]
-    runner: cpu-amd-m5-4xlarge
-    description: The runtime image with the wheel and the tests.
-    params: {install_wheels: true, tests: [tests]}
-"""
+IMAGE_RUNNER = "cpu-amd-m5-4xlarge"
+IMAGE_STAGE: Stage = {
+    "name": "environment",
+    "kind": "docker_image",
+    "deps": ["wheels"],
+    "runner": IMAGE_RUNNER,
+    "description": "The runtime image with the wheel and the tests.",
+    "params": {"install_wheels": True, "tests": ["tests"]},
+}
 
 # In the image no file of this machine is seen, and each run is a fresh container: this flaky test
 # fails in the whole suite's run and passes when run by its node id (a confirmation re-run).
@@ -193,10 +181,7 @@ def test_in_the_image_the_failing_tests_re_run_by_node_id_in_fresh_containers(
     repo = tmp_path / "upstream" / "confirmpkg"
     sources = {n: t for n, t in PROJECT.items() if not n.startswith("tests/")}
     commit_files(repo, {**sources, "tests/test_things.py": IMAGE_TESTS})
-    pipeline = PIPELINE.format(upstream=repo, confirm="")
-    start, end = pipeline.index("  - {name: environment"), pipeline.index("  - name: tests\n")
-    pipeline = pipeline[:start] + IMAGE_STAGE + pipeline[end:]
-    pipeline = pipeline.replace("runner: local", "runner: cpu-amd-m5-4xlarge")
+    pipeline = confirm_pipeline(repo, IMAGE_STAGE, IMAGE_RUNNER)
     _, stages, outcome = catalog_nights.run(pipeline, "2026-11-03")
 
     assert not outcome.succeeded and stages["environment"].status == "success"
@@ -220,13 +205,6 @@ def _latest_materialization(nights: CatalogNights, key) -> dg.AssetMaterializati
     assert event is not None and event.asset_materialization is not None
     assert event.asset_materialization.partition == partition
     return event.asset_materialization
-
-
-@contextlib.contextmanager
-def _store(home: Path) -> Iterator[Warehouse]:
-    """The home's warehouse, as the night's resources open it."""
-    with dg.build_resources({"warehouse": resources_for("local", home)["warehouse"]}) as resolved:
-        yield resolved.warehouse.store()
 
 
 # -- the bounds, with a scripted re-runner --
@@ -464,7 +442,7 @@ def test_on_a_tpu_vm_the_failures_are_re_run_before_the_vm_is_deleted(
     assert confirm["passed_on_rerun"] == {"test.srt.test_score_api::test_flaky": 2}
     assert confirm["confirmed_failing"] == {"test.srt.test_score_api::test_broken": 3}
     assert [Path(p).name for p in confirm["junit"]] == ["confirm-1.xml", "confirm-2.xml"]
-    with _store(nightly_home) as store:
+    with night_store(nightly_home) as store:
         [check] = [c for c in store.checks(KEY) if c.name == "tests_passed"]
         assert "test_broken" in check.description and "test_flaky" not in check.description
 

@@ -25,6 +25,13 @@ from nightly_assets.stage_kinds.culprit_search import CulpritSearchParams
 from nightly_assets_tests.catalog_files import write_pipeline
 from nightly_assets_tests.catalog_nights import CatalogNights
 from nightly_assets_tests.git_repo import commit_files, git
+from nightly_assets_tests.suite_projects import (
+    FLAKY_TESTS,
+    Stage,
+    flit_project,
+    project_pipeline,
+    suite_stage,
+)
 
 COMMITS = [f"c{i}" for i in range(10)]
 
@@ -88,44 +95,32 @@ def test_junit_ids_become_pytest_node_ids(tmp_path: Path) -> None:
     assert pytest_node_id(tmp_path, "elsewhere.test_x::test_y") == "elsewhere.test_x::test_y"
 
 
-PIPELINE = """
-name: bisected
-title: bisected nightly
-seed: "002"
-description: A failure bisected to its commit.
-cron: "0 2 * * *"
-start_date: 2026-11-01
-repositories:
-  - {{name: bisected, url: "{upstream}", branch: main}}
-targets:
-  - {{name: cpu, arch: amd64}}
-stages:
-  - {{name: sources, kind: sources, description: The pinned checkout.}}
-  - {{name: wheels, kind: wheels, deps: [sources], description: The wheel.}}
-  - {{name: environment, kind: environment, deps: [wheels], description: The wheel installed., params: {{}}}}
-  - name: tests
-    kind: test_suite
-    deps: [environment]
-    description: The tests.
-    suite: {{paths: [tests], timeout_minutes: 10, runner: local}}
-  - {{name: flaky_tests, kind: test_health, deps: [tests], description: Flaky and broken tests.}}
-  - {{name: night_summary, kind: night_summary, deps: [flaky_tests], description: Summary.}}
-  - {{name: culprits, kind: culprit_search, deps: [flaky_tests], description: The first bad commit.}}
-"""
-
-PROJECT = {
-    "pyproject.toml": """[build-system]
-requires = ["flit_core>=3.2,<4"]
-build-backend = "flit_core.buildapi"
-
-[project]
-name = "bisected"
-version = "1.0"
-description = "A value, and a test of it."
-""",
-    "bisected/__init__.py": '"""The value."""\nVALUE = 1\n',
-    "tests/test_value.py": "import bisected\n\n\ndef test_value():\n    assert bisected.VALUE == 1\n",
+CULPRITS: Stage = {
+    "name": "culprits",
+    "kind": "culprit_search",
+    "deps": ["flaky_tests"],
+    "description": "The first bad commit.",
 }
+
+
+def bisected_pipeline(upstream: Path) -> str:
+    return project_pipeline(
+        "bisected",
+        upstream,
+        "A failure bisected to its commit.",
+        [suite_stage(), FLAKY_TESTS],
+        after_summary=[CULPRITS],
+    )
+
+
+PROJECT = flit_project(
+    "bisected",
+    "A value, and a test of it.",
+    {
+        "bisected/__init__.py": '"""The value."""\nVALUE = 1\n',
+        "tests/test_value.py": "import bisected\n\n\ndef test_value():\n    assert bisected.VALUE == 1\n",
+    },
+)
 
 
 @pytest.mark.slow
@@ -138,7 +133,7 @@ def test_a_new_failure_is_bisected_to_the_commit_that_broke_it(
 ) -> None:
     repo = tmp_path / "upstream" / "bisected"
     commit_files(repo, PROJECT)
-    pipeline = PIPELINE.format(upstream=repo)
+    pipeline = bisected_pipeline(repo)
     _, stages, outcome = catalog_nights.run(pipeline, "2026-11-03")
     assert outcome.succeeded and "culprits" not in stages  # not part of the night's run
 
@@ -200,40 +195,36 @@ def test_a_new_failure_is_bisected_to_the_commit_that_broke_it(
     ]
 
 
-BENCH_PIPELINE = """
-name: benched
-title: benched nightly
-seed: "003"
-description: A benchmark regression bisected to its commit.
-cron: "0 2 * * *"
-start_date: 2026-11-01
-repositories:
-  - {{name: benched, url: "{upstream}", branch: main}}
-targets:
-  - {{name: cpu, arch: amd64}}
-stages:
-  - {{name: sources, kind: sources, description: The pinned checkout.}}
-  - {{name: wheels, kind: wheels, deps: [sources], description: The wheel.}}
-  - {{name: environment, kind: environment, deps: [wheels], description: The wheel installed., params: {{}}}}
-  - name: benchmarks
-    kind: benchmarks
-    deps: [environment]
-    runner: local
-    description: The cost, as timing JSON.
-    params: {{command: [python, -m, benched, "{{output}}"]}}
-  - {{name: perf_baseline, kind: perf_baseline, deps: [benchmarks], description: The level.}}
-  - {{name: night_summary, kind: night_summary, deps: [perf_baseline], description: Summary.}}
-"""
+BENCH_STAGES: list[Stage] = [
+    {
+        "name": "benchmarks",
+        "kind": "benchmarks",
+        "deps": ["environment"],
+        "runner": "local",
+        "description": "The cost, as timing JSON.",
+        "params": {"command": ["python", "-m", "benched", "{output}"]},
+    },
+    {"name": "perf_baseline", "kind": "perf_baseline", "deps": ["benchmarks"], "description": "The level."},
+]
 
-BENCH_PROJECT = {
-    "pyproject.toml": PROJECT["pyproject.toml"].replace("bisected", "benched"),
-    "benched/__init__.py": '"""The cost."""\nCOST = 1.0\n',
-    # A deterministic "timing": the probe's verdict is the commit's, not the machine's noise.
-    "benched/__main__.py": (
-        "import json, sys\nfrom benched import COST\n"
-        'json.dump({"benchmarks": [{"name": "cost", "value": COST}]}, open(sys.argv[1], "w"))\n'
-    ),
-}
+
+def benched_pipeline(upstream: Path) -> str:
+    description = "A benchmark regression bisected to its commit."
+    return project_pipeline("benched", upstream, description, BENCH_STAGES, seed="003")
+
+
+BENCH_PROJECT = flit_project(
+    "benched",
+    "A value, and a test of it.",
+    {
+        "benched/__init__.py": '"""The cost."""\nCOST = 1.0\n',
+        # A deterministic "timing": the probe's verdict is the commit's, not the machine's noise.
+        "benched/__main__.py": (
+            "import json, sys\nfrom benched import COST\n"
+            'json.dump({"benchmarks": [{"name": "cost", "value": COST}]}, open(sys.argv[1], "w"))\n'
+        ),
+    },
+)
 
 
 @pytest.mark.slow
@@ -246,7 +237,7 @@ def test_a_benchmark_regression_is_bisected_by_running_the_benchmark_per_probe(
         (repo / "benched/__init__.py").write_text(f'"""The cost."""\nCOST = {cost}\n# {message}\n')
         git(repo, "commit", "-qam", message)
     bad, culprit = git(repo, "rev-parse", "HEAD"), git(repo, "rev-parse", "HEAD~1")
-    write_pipeline(catalog_nights.catalog, BENCH_PIPELINE.format(upstream=repo))
+    write_pipeline(catalog_nights.catalog, benched_pipeline(repo))
     pipeline = load_catalog(catalog_nights.catalog).pipelines["benched"]
     resources = resources_for("local", catalog_nights.home)
     with dg.build_resources({k: resources[k] for k in ("warehouse", "git", "builder", "test_runner")}) as r:

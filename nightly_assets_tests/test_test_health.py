@@ -4,7 +4,6 @@ small project whose flaky test is quarantined and whose broken test alerts with 
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import json
 import os
@@ -15,13 +14,19 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from nightly_assets.resources import resources_for
 from nightly_assets.results import NightKey, Outcome, TestCase, TestReport
 from nightly_assets.testing import health, health_checks
 from nightly_assets.testing.flakiness import Verdict
 from nightly_assets.warehouse import Warehouse
 from nightly_assets_tests.catalog_nights import CatalogNights
 from nightly_assets_tests.git_repo import commit_files, git
+from nightly_assets_tests.suite_projects import (
+    FLAKY_TESTS,
+    flit_project,
+    night_store,
+    project_pipeline,
+    suite_stage,
+)
 
 START = dt.date(2026, 11, 3)
 
@@ -111,43 +116,22 @@ def test_the_write_keeps_retries_and_disagreeing_reruns_and_histories_hold_only_
     assert again.tests[("unit", "tests.t::test_new")][-1].earlier == ()
 
 
-PIPELINE = """
-name: healthpkg
-title: healthpkg nightly
-seed: "002"
-description: One flaky test, one broken by a commit.
-cron: "0 2 * * *"
-start_date: 2026-11-01
-repositories:
-  - {{name: healthpkg, url: "{upstream}", branch: main}}
-targets:
-  - {{name: cpu, arch: amd64}}
-thresholds: {{flaky_share_max: 0.5, quarantine_clean_nights: 2}}
-stages:
-  - {{name: sources, kind: sources, description: The pinned checkout.}}
-  - {{name: wheels, kind: wheels, deps: [sources], description: The wheel.}}
-  - {{name: environment, kind: environment, deps: [wheels], description: The wheel installed., params: {{}}}}
-  - name: tests
-    kind: test_suite
-    deps: [environment]
-    description: The tests.
-    suite: {{paths: [tests], timeout_minutes: 10, runner: local}}
-  - {{name: flaky_tests, kind: test_health, deps: [tests], description: Flaky and broken tests.}}
-  - {{name: night_summary, kind: night_summary, deps: [flaky_tests], description: Summary.}}
-"""
+def health_pipeline(upstream: Path) -> str:
+    return project_pipeline(
+        "healthpkg",
+        upstream,
+        "One flaky test, one broken by a commit.",
+        [suite_stage(), FLAKY_TESTS],
+        thresholds={"flaky_share_max": 0.5, "quarantine_clean_nights": 2},
+    )
 
-PROJECT = {
-    "pyproject.toml": """[build-system]
-requires = ["flit_core>=3.2,<4"]
-build-backend = "flit_core.buildapi"
 
-[project]
-name = "healthpkg"
-version = "1.0"
-description = "A value, and tests of it."
-""",
-    "healthpkg/__init__.py": '"""The value."""\nVALUE = 1\n',
-    "tests/test_health.py": """import pathlib
+PROJECT = flit_project(
+    "healthpkg",
+    "A value, and tests of it.",
+    {
+        "healthpkg/__init__.py": '"""The value."""\nVALUE = 1\n',
+        "tests/test_health.py": """import pathlib
 
 import healthpkg
 
@@ -165,7 +149,8 @@ def test_flaky():
 def test_value():
     assert healthpkg.VALUE == 1
 """,
-}
+    },
+)
 
 
 @pytest.mark.slow
@@ -176,7 +161,7 @@ def test_a_flaky_test_is_quarantined_and_a_broken_one_alerts_with_its_suspect_co
     repo = tmp_path / "upstream" / "healthpkg"
     files = {n: t.format(toggle=str(toggle)) if n.startswith("tests/") else t for n, t in PROJECT.items()}
     good = commit_files(repo, files)
-    pipeline = PIPELINE.format(upstream=repo)
+    pipeline = health_pipeline(repo)
     alerts = catalog_nights.home / "alerts.jsonl"
 
     toggle.write_text("pass")
@@ -188,7 +173,7 @@ def test_a_flaky_test_is_quarantined_and_a_broken_one_alerts_with_its_suspect_co
     key, stages, outcome = catalog_nights.run(pipeline, "2026-11-04")
     assert outcome.succeeded, {s.stage: s.detail for s in stages.values()}
     assert stages["tests"].detail == "2/3 passed (1 failed)"
-    with _store(catalog_nights) as store:
+    with night_store(catalog_nights.home) as store:
         [check] = [c for c in store.checks(key) if c.name == "tests_passed"]
         assert check.passed and "(1 of them quarantined as flaky: counted, not gating)" in check.description
         assert "[quarantined] tests.test_health::test_flaky" in check.description
@@ -220,7 +205,7 @@ def test_a_flaky_test_is_quarantined_and_a_broken_one_alerts_with_its_suspect_co
     [line] = [w for alert in warns for w in alert["lines"] if "no_new_broken_test" in w]
     assert "tests.test_health::test_value fails since 2026-11-06 (last passed 2026-11-04)" in line
     assert f"suspects: healthpkg {good[:10]}..{bad[:10]} [{bad[:10]} Dana Dev: make the value two]" in line
-    with _store(catalog_nights) as store:
+    with night_store(catalog_nights.home) as store:
         broken = store.verdicts(key, state="broken")
         assert [(v.test_id, v.first_bad, v.last_good) for v in broken] == [
             ("tests.test_health::test_value", dt.date(2026, 11, 6), dt.date(2026, 11, 4))
@@ -232,13 +217,6 @@ def test_a_flaky_test_is_quarantined_and_a_broken_one_alerts_with_its_suspect_co
         catalog_nights.home / "artefacts/healthpkg/2026-11-06/cpu/night_summary/summary.md"
     ).read_text()
     assert "| flaky_tests | no_new_broken_test | WARN |" in summary
-
-
-@contextlib.contextmanager
-def _store(nights: CatalogNights) -> Iterator[Warehouse]:
-    """The home's warehouse, as the night's resources open it."""
-    with dg.build_resources({"warehouse": resources_for("local", nights.home)["warehouse"]}) as resolved:
-        yield resolved.warehouse.store()
 
 
 def test_torch_spyres_gates_name_their_figures_and_limits() -> None:

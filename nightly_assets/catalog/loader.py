@@ -16,11 +16,13 @@ import yaml
 from pydantic import ValidationError
 
 import nightly_assets.stage_kinds  # noqa: F401  (registers the stage kinds the catalog validates against)
-from nightly_assets.catalog.models import Catalog, Pipeline, Runner, error_parts
+from nightly_assets.catalog.errors import error_parts
+from nightly_assets.catalog.models import Catalog, Pipeline
 
 # Their home is outline.py (read without the stage kinds); named here too, where the loader's users look.
 from nightly_assets.catalog.outline import BUILTIN_CATALOG_DIR as BUILTIN_CATALOG_DIR
 from nightly_assets.catalog.outline import DEFS_FILE, catalog_dir
+from nightly_assets.catalog.runner import Runner
 
 RUNNERS_FILE = "runners.yaml"
 COMPONENT_TYPE = "nightly_assets.catalog.component.NightlyPipeline"

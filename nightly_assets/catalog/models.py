@@ -1,16 +1,17 @@
-"""Typed catalog: what a pipeline YAML document may say, and the cross-references it must keep."""
+"""Typed catalog: what a pipeline YAML document may say, and the cross-references it must keep.
+
+A pipeline's parts have their own modules: runner.py (runners.yaml's entries), suite.py (a test
+suite's `suite:` block), bazel.py (Bazel targets and builds), fields.py (shared field types) and
+errors.py (how a bad field is reported). They are named here too, where the catalog's users look.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
 import re
-from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import (
-    AfterValidator,
-    BaseModel,
-    ConfigDict,
     Field,
     PrivateAttr,
     StringConstraints,
@@ -19,83 +20,34 @@ from pydantic import (
     model_validator,
 )
 
-from nightly_assets.builds.framework_stack import check_base_python
-from nightly_assets.catalog.kinds import (
-    ORCHESTRATOR,
-    Identifier,
-    RunnerKind,
-    StageParams,
-    kind_rules,
-    registered_kinds,
-)
-from nightly_assets.kubernetes.models import KubernetesPlacement
-from nightly_assets.process import GPU_VARIABLES, secret_variable_problem
+from nightly_assets.catalog.bazel import BazelBootstrap, BazelBuild, BazelTests
+from nightly_assets.catalog.errors import error_parts, params_error
+from nightly_assets.catalog.fields import Arch, Cron, RunnerRef, StrictModel, TargetName
+from nightly_assets.catalog.kinds import ORCHESTRATOR, Identifier, StageParams, kind_rules, registered_kinds
+from nightly_assets.catalog.runner import Runner
+from nightly_assets.catalog.suite import Confirm, Suite
 from nightly_assets.tpu.models import TpuTarget
 
-TargetName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9._-]*$", max_length=48)]
-Arch = Literal["amd64", "arm64"]
-Cron = Annotated[str, StringConstraints(pattern=r"^\S+ \S+ \S+ \S+ \S+$")]
-
-RunnerRef = str | dict[Arch, str]  # one runner, or one per target architecture
-
-
-class StrictModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Runner(StrictModel):
-    """A place tests and builds run: a runner label of the seeds mapped to a kind and a pool."""
-
-    kind: RunnerKind
-    arch: Arch = "amd64"
-    gpus: int | Literal["auto"] = 0
-    pool: str | None = None
-    description: str = ""
-    kubernetes: KubernetesPlacement | None = None  # kind kubernetes: where its pods go
-    gpu_vendor: Literal["nvidia", "amd", "auto"] = "auto"  # whose GPU variables its children get
-    # More variables (names, or prefixes ending in *) the tested code inherits from the
-    # orchestrator, besides the GPU set of `gpu_vendor` that a runner with GPUs passes by default.
-    pass_env: list[str] = Field(default_factory=list)
-    # The host framework stack (torch, JAX, CuPy) its environments reuse: a Python's path, or a
-    # variable holding it (`${NIGHTLY_BASE_PYTHON:-}`: none where unset).
-    base_python: Annotated[str | None, AfterValidator(check_base_python)] = None
-
-    @field_validator("pass_env")
-    @classmethod
-    def _no_secrets(cls, names: list[str]) -> list[str]:
-        for name in names:
-            problem = secret_variable_problem(name)
-            if problem:
-                raise ValueError(f"{name!r}: {problem}")
-        return names
-
-    def passed_variables(self) -> tuple[str, ...]:
-        """What the tested code on this runner inherits beyond the basic set: its GPU variables
-        (when it has GPUs) and its own `pass_env`."""
-        gpu: tuple[str, ...] = ()
-        if self.gpus != 0:
-            vendors = ("nvidia", "amd") if self.gpu_vendor == "auto" else (self.gpu_vendor,)
-            gpu = tuple(v for vendor in vendors for v in GPU_VARIABLES[vendor])
-        return (*dict.fromkeys((*gpu, *self.pass_env)),)
-
-    @model_validator(mode="after")
-    def _placement_of_its_kind(self) -> Runner:
-        if self.kind != "kubernetes":
-            if self.kubernetes is not None:
-                raise ValueError(f"kubernetes: only a runner of kind kubernetes takes it, not '{self.kind}'")
-            return self
-        if self.kubernetes is None:
-            raise ValueError(
-                "kubernetes: a runner of kind kubernetes says where its pods go: expected a "
-                "'kubernetes' block with at least 'namespace'"
-            )
-        cards = self.kubernetes.devices()
-        if "gpus" in self.model_fields_set and self.gpus != cards:
-            raise ValueError(
-                f"gpus: a kubernetes runner's pod sees the cards kubernetes.extended_resources asks for "
-                f"({cards}); leave 'gpus' out or make it {cards} (got {self.gpus!r})"
-            )
-        return self
+__all__ = [  # the parts' models, for the modules that import them from here
+    "SAMPLE_URL",
+    "Arch",
+    "BazelBootstrap",
+    "BazelBuild",
+    "BazelTests",
+    "Catalog",
+    "Confirm",
+    "GitHub",
+    "Pipeline",
+    "Repository",
+    "Runner",
+    "RunnerRef",
+    "Stage",
+    "StrictModel",
+    "Suite",
+    "Target",
+    "Thresholds",
+    "error_parts",
+]
 
 
 SAMPLE_URL = re.compile(r"sample:[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -126,81 +78,6 @@ class Target(StrictModel):
     build_args: dict[str, str] = Field(default_factory=dict)
     repo_refs: dict[str, str] = Field(default_factory=dict)  # repo name -> fixed ref
     devices: int = Field(default=0, ge=0)  # accelerators the target's tests expect
-
-
-class BazelTests(StrictModel):
-    targets: list[str] = Field(min_length=1)
-    tag_filters: str = ""
-    flaky_test_attempts: int = Field(default=1, ge=1)
-
-
-def _inside(value: str) -> str:
-    """A path inside a checkout: relative, no `..` (it lands in a build's working directory)."""
-    parts = Path(value).parts
-    if value.startswith("/") or ".." in parts:
-        raise ValueError(f"{value!r}: expected a path inside the checkout (relative, no '..')")
-    return value
-
-
-InsidePath = Annotated[str, AfterValidator(_inside)]
-
-
-class BazelBootstrap(StrictModel):
-    """Bazel built first from a pinned repository with its own bootstrap (seed 004), once per commit."""
-
-    repo: Identifier
-    command: list[str] = Field(min_length=1)  # argv run in the checkout, e.g. [bash, ./compile.sh]
-    binary: InsidePath = Field(min_length=1)  # where it leaves Bazel, e.g. output/bazel
-    env: dict[str, str] = Field(default_factory=dict)  # e.g. EXTRA_BAZEL_ARGS
-    timeout_minutes: int = Field(default=120, gt=0)
-
-
-class BazelBuild(StrictModel):
-    """A wheels stage's `bazel build`: the targets whose outputs matching `outputs` are the wheels."""
-
-    targets: list[str] = Field(min_length=1)
-    workspace: InsidePath = ""  # the Bazel workspace's folder inside the checkout
-    args: list[str] = Field(default_factory=list)  # options, e.g. --config=rocm
-    outputs: str = Field(default="*.whl", min_length=1)  # a glob over the output file names
-    timeout_minutes: int = Field(default=240, gt=0)
-    bootstrap: BazelBootstrap | None = None
-
-
-class Confirm(StrictModel):
-    """How a suite confirms its failures before the night is judged: the failing tests alone are
-    re-run on the same pins in the same environment; one that passes is flaky (same-commit
-    evidence), one that fails every attempt is broken."""
-
-    # Re-runs of each failing test after the suite's own run; 0 turns confirmation off. Two give
-    # three runs in all, what Bazel gives a test marked flaky (its default --flaky_test_attempts).
-    attempts: int = Field(default=2, ge=0, le=10)
-    # Failing tests re-run at most, the first in the report's order; the rest are listed as not
-    # re-run. A night with more failures than a reader can go through in the stage's failures
-    # table (junit.MAX_FAILURE_ROWS) is a breakage, and re-running all of it only costs time.
-    max_tests: int = Field(default=50, ge=1)
-    # Seconds all re-runs of the night may take together; unset: the suite's own timeout_minutes
-    # (a part of the suite gets no more time than the whole did).
-    timeout_s: int | None = Field(default=None, gt=0)
-
-
-class Suite(StrictModel):
-    """A test suite: pytest markers (or Bazel targets), a timeout and the runner it needs."""
-
-    markers: str | None = None  # a pytest -m expression; unset: the project's own selection
-    pytest_args: list[str] = Field(default_factory=list)  # more pytest arguments, one per item
-    paths: list[str] = Field(default_factory=lambda: ["tests"])
-    bazel: BazelTests | None = None
-    timeout_minutes: int = Field(gt=0)
-    runner: RunnerRef
-    collect_only_on: list[Arch] = Field(default_factory=list)
-    min_gpus: int = Field(default=0, ge=0)
-    confirm: Confirm = Field(default_factory=Confirm)
-
-    @model_validator(mode="after")
-    def _one_selector(self) -> Suite:
-        if self.bazel is not None and (self.markers is not None or self.pytest_args):
-            raise ValueError("a Bazel suite selects its tests by targets: no 'markers' or 'pytest_args'")
-        return self
 
 
 class Stage(StrictModel):
@@ -234,7 +111,7 @@ class Stage(StrictModel):
         try:
             self._typed_params = kind_rules(self.kind).params.model_validate(self.params)
         except ValidationError as exc:
-            raise ValueError("; ".join(_params_error(e) for e in exc.errors(include_url=False))) from None
+            raise ValueError("; ".join(params_error(e) for e in exc.errors(include_url=False))) from None
         return self
 
     @property
@@ -471,24 +348,6 @@ def _check_runner_kinds(pipeline: Pipeline, stage: Stage, runners: dict[str, Run
                 f"{where} ({stage.kind}) cannot run on '{name}' ({runners[name].kind}); "
                 f"expected a runner of kind {kinds}"
             )
-
-
-def error_parts(error: Any) -> tuple[str, str]:
-    """A pydantic error as a catalog author reads it: the message, and ` (got <value>)` for a
-    plain value (nothing for a mapping or a list)."""
-    got = error.get("input")
-    shown = "" if isinstance(got, dict | list) or got is None else f" (got {got!r})"
-    return error["msg"].removeprefix("Value error, "), shown
-
-
-def _params_error(error: Any) -> str:
-    """One error of a params model as `params.<field>: <what is wrong> (got <value>)`; a check of the
-    whole block names its field first (`bazel: ...`)."""
-    place = ".".join(str(p) for p in error["loc"] if "[" not in str(p))  # skip validator wrappers
-    message, shown = error_parts(error)
-    if not place and re.match(r"^[a-z_]+: ", message):
-        return f"params.{message}"
-    return f"params{'.' + place if place else ''}: {message}{shown}"
 
 
 def _unique(what: str, names: list[str]) -> None:

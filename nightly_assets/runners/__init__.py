@@ -35,8 +35,7 @@ def backend(kind: str | None) -> RunnerBackend:
 
 def runner_kinds(spec: StageSpec) -> list[str | None]:
     """The runner kinds a stage's runners name (one per target arch at most); None: it names none."""
-    named: list[str | None] = [*sorted(spec.catalog.runner_kinds(spec.stage))]
-    return named or [None]
+    return list(spec.runner_kinds)
 
 
 def stage_backends(spec: StageSpec) -> list[RunnerBackend]:

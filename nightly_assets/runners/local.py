@@ -39,8 +39,7 @@ class LocalBackend(RunnerBackend):
     def resource_keys(self, spec: StageSpec, capability: Capability) -> set[str]:
         if capability == "wheels":
             return {"bazel_rbe"} if spec.params(WheelsParams).builder == "bazel" else {"builder"}
-        env_stage = spec.upstream_stage("environment", "docker_image")
-        image = env_stage is not None and spec.pipeline.stage(env_stage).kind == "docker_image"
+        image = spec.environment is not None and spec.environment.kind == "docker_image"
         used = {"test_runner"}  # it hands out this host's GPUs, to suites and commands alike
         return used | (docker.IMAGE_RESOURCES if image else set())
 

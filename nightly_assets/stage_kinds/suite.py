@@ -9,9 +9,10 @@ from typing import TYPE_CHECKING
 import dagster as dg
 
 from nightly_assets.artefacts.resources import ArtefactStoreResource
+from nightly_assets.catalog.suite import Suite
 from nightly_assets.manifests import EnvironmentManifest
 from nightly_assets.results import NightKey, TestReport
-from nightly_assets.runners import backend, runner_kinds
+from nightly_assets.runners import backend
 from nightly_assets.runners.protocol import RunnerBackend, StageWork
 from nightly_assets.stage_kinds.spec import StageKind
 from nightly_assets.stages import StageSpec, recorded_devices, recorded_stage, stage_events
@@ -28,9 +29,10 @@ QUARANTINE_WINDOW_NIGHTS = 30  # the nights a failing test's flakiness is judged
 
 
 def build_test_suite_asset(spec: StageSpec) -> dg.AssetsDefinition:
-    thresholds = spec.pipeline.thresholds
-    env_stage = spec.upstream_stage("environment", "docker_image")
-    backends = [suite_backend(spec, kind) for kind in runner_kinds(spec)]
+    # Everything read here and in the run below is resolved in the spec (stages.StageSpec).
+    suite, environment, thresholds = spec.suite, spec.environment, spec.pipeline.thresholds
+    assert suite is not None  # the catalog asks a `suite` block of every test_suite stage
+    backends = [suite_backend(suite, kind) for kind in spec.runner_kinds]
 
     @dg.asset(
         required_resource_keys={"artefacts", "warehouse"}.union(
@@ -50,11 +52,9 @@ def build_test_suite_asset(spec: StageSpec) -> dg.AssetsDefinition:
         artefacts: ArtefactStoreResource = context.resources.artefacts
         warehouse: WarehouseResource = context.resources.warehouse
         with recorded_stage(context, spec, artefacts, warehouse) as run:
-            environment = artefacts.manifest(run.key, env_stage, EnvironmentManifest) if env_stage else None
-            suite = spec.stage.suite
-            assert suite is not None  # the catalog guarantees it for test_suite stages
-            work = StageWork(context, spec, run, environment, gpus=suite.min_gpus)
-            outcome = suite_backend(spec, run.runner_kind).run_suite(work)
+            made = artefacts.manifest(run.key, environment.name, EnvironmentManifest) if environment else None
+            work = StageWork(context, spec, run, made, gpus=suite.min_gpus)
+            outcome = suite_backend(suite, run.runner_kind).run_suite(work)
             store = warehouse.store()
             previous = store.previous_suite_total(run.key, spec.stage.name)
             confirmation = confirm_failures(
@@ -132,11 +132,9 @@ def _problems(report: TestReport) -> str:
     )
 
 
-def suite_backend(spec: StageSpec, runner_kind: str | None) -> RunnerBackend:
+def suite_backend(suite: Suite, runner_kind: str | None) -> RunnerBackend:
     """Who runs the suite: Bazel runs its own tests through remote execution (locally when the
     executor is down), whatever hardware the runner names; else the runner kind's backend."""
-    suite = spec.stage.suite
-    assert suite is not None  # the catalog guarantees it for test_suite stages
     return backend("rbe" if suite.bazel is not None else runner_kind)
 
 

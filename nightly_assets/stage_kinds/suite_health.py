@@ -35,7 +35,7 @@ class SuiteHealthParams(StageParams):
 def build_test_health_asset(spec: StageSpec) -> dg.AssetsDefinition:
     params = spec.params(SuiteHealthParams)
     thresholds = spec.pipeline.thresholds
-    suites = params.suites or [n for n in spec.upstream() if spec.pipeline.stage(n).kind == "test_suite"]
+    suites = params.suites or [u.name for u in spec.upstream_stages if u.kind == "test_suite"]
     urls = {repo.name: repo.url for repo in spec.pipeline.repositories}
     specs = health_checks.health_check_specs(
         spec.key, thresholds.flaky_share_max, thresholds.in_scope_share_min if params.in_scope_suite else None
