@@ -63,6 +63,7 @@ WORKER_GROUP_OF_MARKER = {
 }
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the groups into the test ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         marker = next((m for m in WORKER_GROUP_OF_MARKER if item.get_closest_marker(m)), None)
