@@ -22,40 +22,14 @@ from pathlib import Path
 
 from nightly_assets.builds.resources import PythonBuildResource
 from nightly_assets.builds.suite_dependencies import SuiteDependencies
-from nightly_assets.catalog.loader import BUILTIN_CATALOG_DIR, COMPONENT_TYPE, DEFS_FILE
+from nightly_assets.catalog.loader import BUILTIN_CATALOG_DIR, DEFS_FILE
 from nightly_assets.resources import REPO_WHEELHOUSE
+from nightly_assets_tests.catalog_files import as_defs_yaml
+from nightly_assets_tests.third_party_pipeline import pipeline_text, third_party_pipeline
 
 PROJECT = Path(__file__).resolve().parents[1] / "nightly_assets_tests/data/projects/itsdangerous"
 REPEATS = 3
 COMMIT_DATE = "2026-11-02T10:00:00Z"  # before the nights run (from 2026-11-03): the one they pin
-PIPELINE = """\
-type: {component}
-attributes:
-  name: itsdangerous
-  title: itsdangerous nightly
-  seed: "000"
-  description: A real project's night from its repository alone.
-  cron: "0 2 * * *"
-  start_date: 2026-11-01
-  repositories:
-    - {{name: itsdangerous, url: "{upstream}", branch: main}}
-  targets:
-    - {{name: cpu, arch: amd64}}
-  stages:
-    - {{name: sources, kind: sources, description: The pinned checkout.}}
-    - {{name: wheels, kind: wheels, deps: [sources], description: The wheel by flit_core.}}
-    - name: environment
-      kind: environment
-      deps: [wheels]
-      description: The wheel and the test dependencies.
-      params: {{requirements: [requirements/tests.txt]}}
-    - name: tests
-      kind: test_suite
-      deps: [environment]
-      description: The whole suite as the project configures it.
-      suite: {{paths: [], timeout_minutes: 10, runner: local}}
-    - {{name: night_summary, kind: night_summary, deps: [tests], description: Summary.}}
-"""
 
 
 def _upstream(root: Path) -> Path:
@@ -144,9 +118,11 @@ def main() -> dict[str, float]:
         catalog = root / "catalog"
         shutil.copytree(BUILTIN_CATALOG_DIR, catalog, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
         (catalog / "itsdangerous").mkdir()
-        (catalog / "itsdangerous" / DEFS_FILE).write_text(
-            PIPELINE.format(component=COMPONENT_TYPE, upstream=upstream)
+        # The tests' pipeline (test_third_party_project.py) with its whole suite, as the README writes it.
+        document = third_party_pipeline(
+            "itsdangerous", upstream, {"requirements": ["requirements/tests.txt"]}
         )
+        (catalog / "itsdangerous" / DEFS_FILE).write_text(as_defs_yaml(pipeline_text(document)))
         (root / "dagster").mkdir()
         env = {
             **os.environ,
