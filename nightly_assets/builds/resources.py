@@ -41,11 +41,11 @@ class _Sources:
 
 
 class PythonBuildResource(dg.ConfigurableResource):
-    """Builds a checkout with its own build backend in an isolated build environment (PEP 517,
-    `python -m build`), and makes fresh environments (uv, else pip: `installers.py`). Build
-    requirements, runtime dependencies and test dependencies come from the package index
-    (`index_url`) and/or a folder of wheels (`wheelhouse`); with a wheelhouse and no index URL, from
-    the wheelhouse only (offline), unless `fallback_index_url` is set: then what the wheelhouse
+    """Builds a checkout with its own build backend in an isolated build environment (PEP 517:
+    `uv build`, else `python -m build`), and makes fresh environments (uv, else pip: see
+    `installers.py`). Build requirements, runtime dependencies and test dependencies come from the
+    package index (`index_url`) and/or a folder of wheels (`wheelhouse`); with a wheelhouse and no
+    index URL, from the wheelhouse only (offline), unless `fallback_index_url` is set: then what the wheelhouse
     lacks makes the command run again with that index too. Neither the orchestrator's own packages
     nor this machine's pip or uv configuration reach the night."""
 
