@@ -101,7 +101,8 @@ def test_itsdangerous_night_counts_match_a_direct_pytest_run(
     assert stages["tests"].detail == f"{direct['passed']}/{direct['passed']} passed"
     wheels = catalog_nights.home / "artefacts/itsdangerous/2026-11-03/cpu/wheels"
     build_log = (wheels / "build.log").read_text()
-    assert "flit_core" in build_log and "isolated environment" in build_log  # PEP 517, isolated
+    assert build_log.startswith("build: uv ")  # uv builds, pip where uv cannot serve
+    assert "flit-core==3.12.0" in build_log and "isolated environment" in build_log  # PEP 517, isolated
     env_manifest = json.loads(
         (catalog_nights.home / "artefacts/itsdangerous/2026-11-03/cpu/environment/manifest.json").read_text()
     )

@@ -45,9 +45,9 @@ class PythonBuildResource(dg.ConfigurableResource):
     `uv build`, else `python -m build`), and makes fresh environments (uv, else pip: see
     `installers.py`). Build requirements, runtime dependencies and test dependencies come from the
     package index (`index_url`) and/or a folder of wheels (`wheelhouse`); with a wheelhouse and no
-    index URL, from the wheelhouse only (offline), unless `fallback_index_url` is set: then what the wheelhouse
-    lacks makes the command run again with that index too. Neither the orchestrator's own packages
-    nor this machine's pip or uv configuration reach the night."""
+    index URL, from the wheelhouse only (offline), unless `fallback_index_url` is set: then what
+    the wheelhouse lacks makes the command run again with that index too. Neither the
+    orchestrator's own packages nor this machine's pip or uv configuration reach the night."""
 
     toolchain_dir: str
     index_url: str | None = None  # a PEP 503 simple index; unset: the installer's default (PyPI)
