@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-import nightly_assets.stage_kinds  # noqa: F401  (registers the stage kinds; each is imported on first lookup)
+import nightly_assets.stage_kinds  # noqa: F401  (registers the stage kinds the catalog validates against)
 from nightly_assets.catalog.models import Catalog, Pipeline, Runner, error_parts
 
 # Their home is outline.py (read without the stage kinds); named here too, where the loader's users look.
