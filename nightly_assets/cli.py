@@ -121,7 +121,8 @@ def _command(args: argparse.Namespace, own_process: bool = False) -> int:
 
     for category in (dg.BetaWarning, dg.PreviewWarning):  # notes for Dagster's developers, not ours
         warnings.filterwarnings("ignore", category=category)
-    catalog = load_catalog()
+    # A night needs its own pipeline alone (the others' stage kinds stay unimported).
+    catalog = load_catalog(only=args.pipeline if args.command in ("run", "culprits") else None)
     if args.command == "init":
         return _init(catalog)
     if args.command == "serve":

@@ -57,3 +57,52 @@ def test_the_definitions_load_with_the_resources_and_stage_kinds_they_need(loade
 def test_loading_the_definitions_leaves_run_time_sdks_unimported(loaded_modules, package):
     loaded = sorted(m for m in loaded_modules if m == package or m.startswith(package + "."))
     assert not _under(loaded_modules, package), f"loading the definitions imported {loaded[:5]}"
+
+
+def test_every_stage_kind_is_registered_under_its_own_name() -> None:
+    from nightly_assets.stage_kinds import stage_kinds
+
+    kinds = stage_kinds()
+    assert {name: kind.name for name, kind in kinds.items()} == {name: name for name in kinds}
+    assert {"test_suite", "test_health", "wheels"} <= set(kinds) and "spec" not in kinds
+
+
+_ONE_PIPELINE = """
+import json, sys
+from nightly_assets.catalog.loader import load_catalog
+from nightly_assets.stage_kinds import stage_kind
+catalog = load_catalog(only=sys.argv[1])
+kinds = sorted({s.kind for s in catalog.pipelines[sys.argv[1]].stages})
+try:
+    stage_kind("compile")
+except KeyError as unknown:
+    error = str(unknown)
+loaded = sorted(m for m in sys.modules if m.startswith("nightly_assets.stage_kinds."))
+print(json.dumps({"pipelines": sorted(catalog.pipelines), "kinds": kinds, "loaded": loaded, "error": error}))
+"""
+
+
+def test_loading_one_pipeline_imports_only_its_stage_kinds(tmp_path) -> None:
+    """`nightly run` loads its pipeline alone: the other pipelines' kinds are never imported, and an
+    unknown kind's error still lists every kind (named by their modules, not imported)."""
+    from nightly_assets.stage_kinds import MODULE_OF_KIND
+
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("NIGHTLY_")}
+    env = {**clean, "NIGHTLY_HOME": str(tmp_path), "DAGSTER_HOME": str(tmp_path / "dagster")}
+    done = subprocess.run(
+        [sys.executable, "-c", _ONE_PIPELINE, "demo"], env=env, capture_output=True, text=True, check=True
+    )
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found["pipelines"] == ["demo"]
+    modules = {f"nightly_assets.stage_kinds.{MODULE_OF_KIND.get(k, k)}" for k in found["kinds"]}
+    assert set(found["loaded"]) == modules | {"nightly_assets.stage_kinds.spec"}
+    assert "nightly_assets.stage_kinds.batch_job" not in found["loaded"]  # another pipeline's kind
+    assert found["error"].startswith("\"unknown stage kind 'compile'; expected one of: analysis_report,")
+    assert "test_suite" in found["error"] and "wheels" in found["error"]
+
+
+def test_a_pipeline_the_catalog_lacks_loads_the_whole_catalog(tmp_path) -> None:
+    """So `nightly run nope` can name every pipeline there is."""
+    from nightly_assets.catalog.loader import load_catalog
+
+    assert len(load_catalog(only="nope").pipelines) == len(load_catalog().pipelines) > 1

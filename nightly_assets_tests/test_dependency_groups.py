@@ -5,6 +5,7 @@ environment records, and nights of a project whose pyproject.toml holds the grou
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 import pytest
@@ -16,6 +17,7 @@ from nightly_assets.builds.suite_dependencies import SuiteDependencies, SuiteDep
 from nightly_assets.containers.recipes import runtime_context
 from nightly_assets_tests.catalog_nights import CatalogNights
 from nightly_assets_tests.git_repo import commit_files
+from nightly_assets_tests.third_party_pipeline import pipeline_text, third_party_pipeline
 
 GROUPS = {
     "time": ["freezegun>=1.4"],
@@ -151,32 +153,18 @@ def test_freezegun_from_the_group():
 """,
 }
 
-PIPELINE = """
-name: grouped
-title: grouped nightly
-seed: "000"
-description: Test dependencies from the project's dependency groups.
-cron: "0 2 * * *"
-start_date: 2026-11-01
-repositories:
-  - {{name: grouped, url: "{upstream}", branch: main}}
-targets:
-  - {{name: cpu, arch: amd64}}
-stages:
-  - {{name: sources, kind: sources, description: The pinned checkout.}}
-  - {{name: wheels, kind: wheels, deps: [sources], description: The wheel by flit_core.}}
-  - name: environment
-    kind: environment
-    deps: [wheels]
-    description: The wheel and the test group.
-    params: {environment}
-  - name: tests
-    kind: test_suite
-    deps: [environment]
-    description: The suite.
-    suite: {{paths: [tests], timeout_minutes: 10, runner: local}}
-  - {{name: night_summary, kind: night_summary, deps: [tests], description: Summary.}}
-"""
+TESTS_DIR = {"paths": ["tests"], "timeout_minutes": 10, "runner": "local"}
+
+
+def _pipeline(upstream: Path, environment: dict[str, Any]) -> str:
+    document = third_party_pipeline(
+        "grouped",
+        upstream,
+        environment,
+        suites={"tests": ("The suite.", TESTS_DIR)},
+        description="Test dependencies from the project's dependency groups.",
+    )
+    return pipeline_text(document)
 
 
 @pytest.mark.slow
@@ -185,10 +173,8 @@ def test_the_environment_installs_a_group_offline_and_records_the_versions(
 ) -> None:
     repo = tmp_path / "upstream" / "grouped"
     commit_files(repo, GROUPED_PROJECT)
-    environment = '{dependency_groups: [test], pytest: "<9"}'
-    _, stages, outcome = catalog_nights.run(
-        PIPELINE.format(upstream=repo, environment=environment), "2026-11-03"
-    )
+    environment = {"dependency_groups": ["test"], "pytest": "<9"}
+    _, stages, outcome = catalog_nights.run(_pipeline(repo, environment), "2026-11-03")
     assert outcome.succeeded, {s.stage: s.detail for s in stages.values()}
     assert stages["tests"].detail == "1/1 passed"
     night = catalog_nights.home / "artefacts/grouped/2026-11-03/cpu"
@@ -209,9 +195,8 @@ def test_a_group_the_pinned_pyproject_lacks_fails_the_environment(
 ) -> None:
     repo = tmp_path / "upstream" / "grouped"
     sha = commit_files(repo, GROUPED_PROJECT)
-    environment = "{dependency_groups: [test, lint]}"
     _, stages, outcome = catalog_nights.run(
-        PIPELINE.format(upstream=repo, environment=environment), "2026-11-03"
+        _pipeline(repo, {"dependency_groups": ["test", "lint"]}), "2026-11-03"
     )
     assert not outcome.succeeded
     detail = stages["environment"].detail

@@ -148,3 +148,55 @@ def test_index_credentials_are_never_written(tmp_path: Path, installer: str) -> 
     assert "index http://127.0.0.1:9/simple" in str(failed.value)
     assert "s3cret-pw" not in str(failed.value)
     assert "s3cret-pw" not in (tmp_path / "install.log").read_text()
+
+
+ITSDANGEROUS = Path(__file__).parent / "data/projects/itsdangerous"
+
+
+@pytest.mark.parametrize("installer", ["uv", "pip"])
+def test_uv_and_pip_build_the_same_wheel_and_log_the_backend(
+    tmp_path: Path, wheelhouse: Path, installer: str
+) -> None:
+    """The same PEP 517 build either way: the project's backend (flit_core) from the wheelhouse in
+    an isolated environment, the commit's time in the archive, so the bytes match."""
+    epoch = {"SOURCE_DATE_EPOCH": "1762077600"}
+    builder = _builder(tmp_path, wheelhouse=str(wheelhouse), installer=installer)
+    [wheel] = builder.build_wheels(ITSDANGEROUS, tmp_path / "dist", tmp_path / "build.log", epoch)
+    [reference] = _builder(tmp_path, wheelhouse=str(wheelhouse), installer="pip").build_wheels(
+        ITSDANGEROUS, tmp_path / "reference", tmp_path / "reference.log", epoch
+    )
+    assert wheel.name == "itsdangerous-2.2.0-py3-none-any.whl"
+    assert wheel.read_bytes() == reference.read_bytes()
+    log = (tmp_path / "build.log").read_text()
+    if installer == "uv":
+        assert log.startswith("build: uv ") and " build --wheel " in log and "--no-index" in log
+        assert "Installing build requirement: flit-core==3.12.0" in log
+    else:
+        assert log.startswith("build: pip in an isolated environment (the builder's installer setting)")
+        assert "flit-core==3.12.0" in log
+
+
+@pytest.mark.parametrize(
+    ("installer", "reason"),
+    [
+        ("uv", "uv exited with 2: Failed to build"),
+        ("pip", "build exited with 1: ERROR: No matching distribution found for hatchling"),
+    ],
+)
+def test_a_build_backend_the_sources_lack_is_named(
+    tmp_path: Path, wheelhouse: Path, installer: str, reason: str
+) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["hatchling"]\nbuild-backend = "hatchling.build"\n\n'
+        '[project]\nname = "needs-hatchling"\nversion = "1"\n'
+    )
+    builder = _builder(tmp_path, wheelhouse=str(wheelhouse), installer=installer)
+    with pytest.raises(CommandError) as failed:
+        builder.build_wheels(project, tmp_path / "dist", tmp_path / "build.log")
+    first_line = str(failed.value).splitlines()[0]
+    assert first_line.startswith(
+        f"building project (wheel) failed, packages from the wheelhouse {wheelhouse} only"
+    )
+    assert reason in first_line and "hatchling" in first_line

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,40 +21,27 @@ from nightly_assets_tests.catalog_nights import CatalogNights
 from nightly_assets_tests.git_repo import commit_files, commit_folder
 from nightly_assets_tests.peers.docker import DockerEngine
 from nightly_assets_tests.peers.pypiserver import start_pypiserver
+from nightly_assets_tests.third_party_pipeline import (
+    LOCAL_SUITE,
+    WHOLE_SUITE,
+    pipeline_text,
+    third_party_pipeline,
+)
 
 PROJECTS = Path(__file__).parent / "data" / "projects"
 
-PIPELINE = """
-name: itsdangerous
-title: itsdangerous nightly
-seed: "000"
-description: A real project's night from its repository alone.
-cron: "0 2 * * *"
-start_date: 2026-11-01
-repositories:
-  - {{name: itsdangerous, url: "{upstream}", branch: main}}
-targets:
-  - {{name: cpu, arch: amd64}}
-stages:
-  - {{name: sources, kind: sources, description: The pinned checkout.}}
-  - {{name: wheels, kind: wheels, deps: [sources], description: The wheel by flit_core.}}
-  - name: environment
-    kind: environment
-    deps: [wheels]
-    description: The wheel and the test dependencies.
-    params: {environment}
-  - name: tests
-    kind: test_suite
-    deps: [environment]
-    description: The whole suite as the project configures it.
-    suite: {{paths: [], timeout_minutes: 10, runner: local}}
-  - name: tests_signer
-    kind: test_suite
-    deps: [environment]
-    description: Only the signer tests, by a pytest argument.
-    suite: {{pytest_args: ["-k", "Signer"], timeout_minutes: 10, runner: local}}
-  - {{name: night_summary, kind: night_summary, deps: [tests, tests_signer], description: Summary.}}
-"""
+REQUIREMENTS = {"requirements": ["requirements/tests.txt"]}
+SUITES = {
+    "tests": (WHOLE_SUITE, LOCAL_SUITE),
+    "tests_signer": (
+        "Only the signer tests, by a pytest argument.",
+        {"pytest_args": ["-k", "Signer"], "timeout_minutes": 10, "runner": "local"},
+    ),
+}
+
+
+def _pipeline(upstream: Path, environment: dict[str, Any] | None = None, name: str = "itsdangerous") -> str:
+    return pipeline_text(third_party_pipeline(name, upstream, environment, SUITES))
 
 
 def _upstream(tmp_path: Path, project: str) -> Path:
@@ -102,10 +90,7 @@ def test_itsdangerous_night_counts_match_a_direct_pytest_run(
     catalog_nights: CatalogNights, tmp_path: Path, wheelhouse: Path
 ) -> None:
     upstream = _upstream(tmp_path, "itsdangerous")
-    environment = '{requirements: ["requirements/tests.txt"]}'
-    _, stages, outcome = catalog_nights.run(
-        PIPELINE.format(upstream=upstream, environment=environment), "2026-11-03"
-    )
+    _, stages, outcome = catalog_nights.run(_pipeline(upstream, REQUIREMENTS), "2026-11-03")
     assert outcome.succeeded, {s.stage: s.detail for s in stages.values()}
     direct = _direct_pytest(tmp_path, PROJECTS / "itsdangerous", wheelhouse)
     assert direct["passed"] > 250  # the whole suite ran, not a handful
@@ -116,7 +101,8 @@ def test_itsdangerous_night_counts_match_a_direct_pytest_run(
     assert stages["tests"].detail == f"{direct['passed']}/{direct['passed']} passed"
     wheels = catalog_nights.home / "artefacts/itsdangerous/2026-11-03/cpu/wheels"
     build_log = (wheels / "build.log").read_text()
-    assert "flit_core" in build_log and "isolated environment" in build_log  # PEP 517, isolated
+    assert build_log.startswith("build: uv ")  # uv builds, pip where uv cannot serve
+    assert "flit-core==3.12.0" in build_log and "isolated environment" in build_log  # PEP 517, isolated
     env_manifest = json.loads(
         (catalog_nights.home / "artefacts/itsdangerous/2026-11-03/cpu/environment/manifest.json").read_text()
     )
@@ -135,9 +121,7 @@ def test_missing_test_dependencies_show_as_collection_errors(
     """Without its requirements file the suite cannot import freezegun: the night says so, with
     the errors counted, never "0/0"."""
     upstream = _upstream(tmp_path, "itsdangerous")
-    _, stages, outcome = catalog_nights.run(
-        PIPELINE.format(upstream=upstream, environment="{}"), "2026-11-03"
-    )
+    _, stages, outcome = catalog_nights.run(_pipeline(upstream), "2026-11-03")
     assert not outcome.succeeded
     report = _report(catalog_nights.home, "2026-11-03", "tests")
     assert report == {"error": 2}, report  # test_timed.py, and test_url_safe.py that imports it
@@ -173,8 +157,7 @@ def test_flat_layout_tests_import_the_installed_wheel(
 ) -> None:
     repo = tmp_path / "upstream" / "flatpkg"
     commit_files(repo, FLAT_PROJECT)
-    pipeline = PIPELINE.replace("itsdangerous", "flatpkg").format(upstream=repo, environment="{}")
-    _, stages, outcome = catalog_nights.run(pipeline.replace("itsdangerous", "flatpkg"), "2026-11-03")
+    _, stages, outcome = catalog_nights.run(_pipeline(repo, name="flatpkg"), "2026-11-03")
     assert outcome.succeeded, {s.stage: s.detail for s in stages.values()}
     assert stages["tests"].detail == "1/1 passed"
 
@@ -183,7 +166,8 @@ def test_flat_layout_tests_import_the_installed_wheel(
 def test_a_failing_build_names_its_cause(
     catalog_nights: CatalogNights, tmp_path: Path, wheelhouse: Path
 ) -> None:
-    """A build backend the package sources do not hold: the stage's error is pip's own reason."""
+    """A build backend the package sources do not hold: the stage's error is the installer's own
+    reason (uv's, which builds the wheel; pip's where uv cannot serve)."""
     repo = tmp_path / "upstream" / "itsdangerous"
     shutil.copytree(PROJECTS / "itsdangerous", repo)
     pyproject = repo / "pyproject.toml"
@@ -191,13 +175,14 @@ def test_a_failing_build_names_its_cause(
         pyproject.read_text().replace('requires = ["flit_core<4"]', 'requires = ["hatchling"]')
     )
     commit_folder(repo)
-    _, stages, outcome = catalog_nights.run(PIPELINE.format(upstream=repo, environment="{}"), "2026-11-03")
+    _, stages, outcome = catalog_nights.run(_pipeline(repo), "2026-11-03")
     assert not outcome.succeeded
     detail = stages["wheels"].detail
     first_line = detail.splitlines()[0]
     assert "building itsdangerous (wheel) failed" in first_line
     assert f"the wheelhouse {wheelhouse} only" in first_line
-    assert first_line.endswith("build exited with 1: ERROR: No matching distribution found for hatchling")
+    assert "uv exited with 2: Failed to build" in first_line
+    assert "hatchling was not found in the provided package locations" in first_line
 
 
 def test_one_commit_builds_the_same_wheel_bytes_every_night(
@@ -206,9 +191,15 @@ def test_one_commit_builds_the_same_wheel_bytes_every_night(
     """Each night checks the commit out afresh (new file times); the wheel's archive times are the
     commit's (SOURCE_DATE_EPOCH), so the bytes match and an image installing it stays cached."""
     upstream = _upstream(tmp_path, "itsdangerous")
-    pipeline = PIPELINE.format(upstream=upstream, environment="{}")
-    pipeline = pipeline[: pipeline.index("  - name: environment")]
-    pipeline += "  - {name: night_summary, kind: night_summary, deps: [wheels], description: Summary.}\n"
+    document = third_party_pipeline("itsdangerous", upstream)
+    sources, wheels_stage = document["stages"][:2]
+    summary = {
+        "name": "night_summary",
+        "kind": "night_summary",
+        "deps": ["wheels"],
+        "description": "Summary.",
+    }
+    pipeline = pipeline_text({**document, "stages": [sources, wheels_stage, summary]})
     digests = []
     for night in ("2026-11-03", "2026-11-04"):
         _, stages, outcome = catalog_nights.run(pipeline, night)
@@ -256,20 +247,19 @@ def test_test_dependencies_go_into_the_runtime_image(
     from the package sources and installed into the image offline; the counts are the same."""
     monkeypatch.setenv("DOCKER_HOST", docker_engine.host)
     upstream = _upstream(tmp_path, "itsdangerous")
-    pipeline = PIPELINE.format(upstream=upstream, environment="{}")
-    start = pipeline.index("  - name: environment")
-    end = pipeline.index("  - name: tests\n")
-    image = """  - name: environment
-    kind: docker_image
-    deps: [wheels]
-    runner: cpu-amd-m5-4xlarge
-    description: The runtime image with the wheel and the test dependencies.
-    params: {install_wheels: true, requirements: [requirements/tests.txt], tests: [tests]}
-"""
-    pipeline = pipeline[:start] + image + pipeline[end:]
-    pipeline = pipeline.replace(
-        "timeout_minutes: 10, runner: local", "timeout_minutes: 10, runner: cpu-amd-m5-4xlarge"
-    )
+    in_image = {
+        stage: (about, {**suite, "runner": "cpu-amd-m5-4xlarge"}) for stage, (about, suite) in SUITES.items()
+    }
+    document = third_party_pipeline("itsdangerous", upstream, suites=in_image)
+    document["stages"][2] = {
+        "name": "environment",
+        "kind": "docker_image",
+        "deps": ["wheels"],
+        "runner": "cpu-amd-m5-4xlarge",
+        "description": "The runtime image with the wheel and the test dependencies.",
+        "params": {"install_wheels": True, "requirements": ["requirements/tests.txt"], "tests": ["tests"]},
+    }
+    pipeline = pipeline_text(document)
     _, stages, outcome = catalog_nights.run(pipeline, "2026-11-03")
     assert outcome.succeeded, {s.stage: s.detail for s in stages.values()}
     direct = _direct_pytest(tmp_path, PROJECTS / "itsdangerous", wheelhouse)
@@ -294,10 +284,7 @@ def test_the_night_takes_its_packages_from_a_real_index(
     with start_pypiserver(served, auth=False) as index:
         monkeypatch.delenv("NIGHTLY_WHEELHOUSE")
         monkeypatch.setenv("NIGHTLY_PACKAGE_INDEX_URL", index.simple_url)
-        environment = '{requirements: ["requirements/tests.txt"]}'
-        _, stages, outcome = catalog_nights.run(
-            PIPELINE.format(upstream=upstream, environment=environment), "2026-11-03"
-        )
+        _, stages, outcome = catalog_nights.run(_pipeline(upstream, REQUIREMENTS), "2026-11-03")
     assert outcome.succeeded, {s.stage: s.detail for s in stages.values()}
     assert _report(catalog_nights.home, "2026-11-03", "tests") == _direct_pytest(
         tmp_path, PROJECTS / "itsdangerous", wheelhouse

@@ -1,7 +1,8 @@
-"""Which installer fills a night's environment: uv where it can serve the case, else pip, from the
-same package sources. uv makes and fills a venv in a fraction of pip's time; pip stays for the
-framework stack (uv counts only a venv's own site-packages as installed, so it would install again
-what the stack's .pth shows) and for a host without the uv binary."""
+"""Which installer builds a night's wheels and fills its environments: uv where it can serve the
+case, else pip, from the same package sources. uv makes and fills a venv (a build's isolated one
+too) in a fraction of pip's time; pip stays for the framework stack (uv counts only a venv's own
+site-packages as installed, so it would install again what the stack's .pth shows) and for a host
+without the uv binary."""
 
 from __future__ import annotations
 

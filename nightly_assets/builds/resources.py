@@ -41,13 +41,13 @@ class _Sources:
 
 
 class PythonBuildResource(dg.ConfigurableResource):
-    """Builds a checkout with its own build backend in an isolated build environment (PEP 517,
-    `python -m build`), and makes fresh environments (uv, else pip: `installers.py`). Build
-    requirements, runtime dependencies and test dependencies come from the package index
-    (`index_url`) and/or a folder of wheels (`wheelhouse`); with a wheelhouse and no index URL, from
-    the wheelhouse only (offline), unless `fallback_index_url` is set: then what the wheelhouse
-    lacks makes the command run again with that index too. Neither the orchestrator's own packages
-    nor this machine's pip or uv configuration reach the night."""
+    """Builds a checkout with its own build backend in an isolated build environment (PEP 517:
+    `uv build`, else `python -m build`), and makes fresh environments (uv, else pip: see
+    `installers.py`). Build requirements, runtime dependencies and test dependencies come from the
+    package index (`index_url`) and/or a folder of wheels (`wheelhouse`); with a wheelhouse and no
+    index URL, from the wheelhouse only (offline), unless `fallback_index_url` is set: then what
+    the wheelhouse lacks makes the command run again with that index too. Neither the
+    orchestrator's own packages nor this machine's pip or uv configuration reach the night."""
 
     toolchain_dir: str
     index_url: str | None = None  # a PEP 503 simple index; unset: the installer's default (PyPI)
@@ -67,16 +67,36 @@ class PythonBuildResource(dg.ConfigurableResource):
     def _build(
         self, src: Path, out: Path, log: Path, what: str, pattern: str, env: dict[str, str] | None
     ) -> list[Path]:
-        """`python -m build` with `env` beside pip's settings (`PinnedRepo.build_env`: the
-        commit's time as the archive's timestamps, so one commit always gives the same bytes)."""
+        """`uv build` (else `python -m build`, pip) with `env` beside the installer's settings
+        (`PinnedRepo.build_env`: the commit's time as the archive's timestamps, so one commit always
+        gives the same bytes). Either is the same PEP 517 build: the project's own backend in an
+        isolated environment of this Python; uv makes and fills that environment in a fraction of
+        pip's time."""
         out.mkdir(parents=True, exist_ok=True)
-        args: list[str | Path] = [sys.executable, "-m", "build", what, "--outdir", out, src]
-        self._run(
-            lambda sources: (args, {**self.pip_env(sources), **(env or {})}),
-            log,
-            f"building {src.name} ({what[2:]})",
-            "build: pip in an isolated environment",
-        )
+        installer = choose_installer(self.installer, stack_in_use=False)
+        if installer.uv_binary:
+            uv = installer.uv_binary
+            # No [tool.uv.sources] (python -m build knows none); the backend's version in the log.
+            args: list[str | Path] = [uv, "build", what, "--out-dir", out, "--python", sys.executable]
+            args += ["--no-sources", src]
+            self._run(
+                lambda sources: (
+                    [*args, *_uv_source_args(sources)],
+                    {**self.uv_env(sources), "RUST_LOG": "uv_dispatch=debug", **(env or {})},
+                ),
+                log,
+                f"building {src.name} ({what[2:]})",
+                f"build: {installer.describe()} in an isolated environment",
+                uv=True,
+            )
+        else:
+            args = [sys.executable, "-m", "build", what, "--outdir", out, src]
+            self._run(
+                lambda sources: (args, {**self.pip_env(sources), **(env or {})}),
+                log,
+                f"building {src.name} ({what[2:]})",
+                f"build: pip in an isolated environment ({installer.why})",
+            )
         return sorted(out.glob(pattern))
 
     def installer_for(self, stack: FrameworkStack | None = None) -> Installer:
@@ -131,11 +151,7 @@ class PythonBuildResource(dg.ConfigurableResource):
             return [*pip, *wanted], self.pip_env(sources)
         # Copies, as pip makes: a suite that edits an installed file must not change the cache.
         args: list[str | Path] = [installer.uv_binary, "pip", "install", "--python", python]
-        args += ["--link-mode", "copy"]
-        if sources.wheelhouse:
-            args += ["--find-links", sources.wheelhouse]
-        if sources.offline:
-            args.append("--no-index")
+        args += ["--link-mode", "copy", *_uv_source_args(sources)]
         return [*args, *wanted], self.uv_env(sources)
 
     @staticmethod
@@ -244,6 +260,13 @@ class PythonBuildResource(dg.ConfigurableResource):
             if userinfo:
                 text = text.replace(userinfo + "@", "****@").replace(userinfo, "****")
         return text
+
+
+def _uv_source_args(sources: _Sources) -> list[str | Path]:
+    """The wheelhouse and offline flags of a uv command (uv has no variable for `--no-index`; the
+    index itself goes by variable, `uv_env`)."""
+    args: list[str | Path] = ["--find-links", sources.wheelhouse] if sources.wheelhouse else []
+    return [*args, "--no-index"] if sources.offline else args
 
 
 def _site_packages(python: Path) -> Path:

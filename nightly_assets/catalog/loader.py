@@ -36,11 +36,15 @@ class CatalogError(ValueError):
     """A catalog file that cannot be used: the message names the file, the field and the expectation."""
 
 
-def load_catalog(directory: Path | None = None) -> Catalog:
+def load_catalog(directory: Path | None = None, only: str | None = None) -> Catalog:
+    """The catalog; with `only`, the runners and that one pipeline: what a run of it needs (the
+    stage kinds of the others stay unimported, a second of every `nightly run`). Where `only` names
+    no pipeline folder, the whole catalog, so the caller's lookup can name every pipeline."""
     directory = directory or catalog_dir()
     pools, runners = load_runners(directory)
+    files = pipeline_files(directory)
     pipelines: dict[str, Pipeline] = {}
-    for path in pipeline_files(directory):
+    for path in [f for f in files if f.parent.name == only] or files:
         pipeline = read_pipeline(path, directory)
         pipelines[pipeline.name] = pipeline
     return build_catalog(directory, pools, runners, pipelines)
