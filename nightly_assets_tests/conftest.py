@@ -3,7 +3,7 @@ the grouping of tests onto pytest-xdist workers by the peer they share."""
 
 import pytest
 
-from nightly_assets_tests.peers import shared
+from nightly_assets_tests.peers import shared, worker_groups
 
 pytest_plugins = [
     "nightly_assets_tests.peers.mysql",
@@ -49,26 +49,13 @@ def dagster_home(tmp_path, monkeypatch, nightly_home):
     return home
 
 
-# Tests that share a peer which one process must own run on one xdist worker (`--dist loadgroup`):
-# Bazel locks its output base per command, Slurm's one node has one name, the browser tests share
-# one UI daemon, and the container tests assert that the engine holds no container of theirs after
-# them (another worker's builds would show) and clean images up. The first marker that names a
-# group wins, so a test is in one group only.
-WORKER_GROUP_OF_MARKER = {
-    "browser": "browser",
-    "docker": "docker",
-    "registry": "docker",
-    "bazel": "bazel",
-    "slurm": "slurm",
-}
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the groups into the test ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        marker = next((m for m in WORKER_GROUP_OF_MARKER if item.get_closest_marker(m)), None)
-        if marker is not None and item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(WORKER_GROUP_OF_MARKER[marker]))
+    worker_groups.record(items)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> worker_groups.PeerGroupScheduling:
+    """Tests sharing a one-owner peer on one worker (see peers/worker_groups.py)."""
+    return worker_groups.PeerGroupScheduling(config, log)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -77,3 +64,4 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     shared.stop_owned(config)
+    worker_groups.forget(config)
