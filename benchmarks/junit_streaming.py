@@ -53,6 +53,7 @@ if mode == "stage":  # imported before the clock and the parse, as the code loca
     from nightly_assets.results import NightKey
     from nightly_assets.testing import checks
     from nightly_assets.testing.confirm import confirm_failures
+    from nightly_assets.testing.report_metadata import report_metadata
     from nightly_assets.warehouse.store import Warehouse
 from nightly_assets.testing import junit
 start = time.perf_counter()
@@ -76,7 +77,7 @@ else:  # test_suite.py's path once the suite ran: confirm, record, check, descri
     asset = dg.AssetKey("bench")
     assert checks.tests_passed(asset, report).passed == (report.count("failed") == 0)
     checks.test_count_stable(asset, report, None, 10.0)
-    metadata = {**junit.report_metadata(report), **confirmation.metadata()}
+    metadata = {**report_metadata(report), **confirmation.metadata()}
     assert metadata["total"] == cases, (metadata["total"], cases)
 print(json.dumps({"cases": cases, "seconds": time.perf_counter() - start}))
 """

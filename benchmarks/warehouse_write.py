@@ -17,8 +17,9 @@ from typing import cast
 from sqlalchemy import Table, create_engine, insert
 
 from nightly_assets.results import NightKey, Outcome, TestCase, TestReport
-from nightly_assets.warehouse.store import Warehouse, case_rows
+from nightly_assets.warehouse.store import Warehouse
 from nightly_assets.warehouse.tables import TestCaseTable
+from nightly_assets.warehouse.writes import case_rows
 
 DATABASE = "nightly_wh_bench"
 ROUNDS = 2  # each side twice, alternating; the faster of each side's rounds counts

@@ -23,13 +23,10 @@ from nightly_assets.containers.resources import (
 )
 from nightly_assets.github.resources import GitHubResource
 from nightly_assets.kubernetes.resources import CLUSTER_VARS, KubernetesClusterResource
-from nightly_assets.rbe.resources import DEFAULT_MAX_IDLE_SECS, BazelRbeResource, RemoteSettings
-from nightly_assets.release.resources import (
-    INDEX_VARIABLES,
-    LOCAL,
-    PackageIndex,
-    PackageIndexesResource,
-)
+from nightly_assets.rbe.remote import RemoteSettings
+from nightly_assets.rbe.resources import DEFAULT_MAX_IDLE_SECS, BazelRbeResource
+from nightly_assets.release.indexes import INDEX_VARIABLES, LOCAL, PackageIndex
+from nightly_assets.release.resources import PackageIndexesResource
 from nightly_assets.reporting.resources import FileNotifierResource, SlackNotifierResource
 from nightly_assets.settings import WAREHOUSE_URL_VAR, Env, env_settings, local_warehouse_url
 from nightly_assets.sources.resources import GitSourcesResource

@@ -440,6 +440,7 @@ def test_a_night_freezes_what_starting_up_made_and_collects_garbage_again(dagste
     import gc
 
     import nightly_assets.cli as cli
+    from nightly_assets.cli_usage import INTERRUPTED
 
     seen: list[tuple[bool, int]] = []
 
@@ -449,10 +450,10 @@ def test_a_night_freezes_what_starting_up_made_and_collects_garbage_again(dagste
 
     monkeypatch.setattr("nightly_assets.night.run_night", at_the_night)
     try:
-        assert cli.main(["run", "demo", "--night", "2026-11-03"]) == cli.INTERRUPTED
+        assert cli.main(["run", "demo", "--night", "2026-11-03"]) == INTERRUPTED
         assert seen[-1] == (True, 0)
         monkeypatch.setattr(sys, "argv", ["nightly", "run", "demo", "--night", "2026-11-03"])
-        assert cli.main() == cli.INTERRUPTED
+        assert cli.main() == INTERRUPTED
         enabled, frozen = seen[-1]
         assert enabled and frozen > 100_000
     finally:
@@ -461,13 +462,13 @@ def test_a_night_freezes_what_starting_up_made_and_collects_garbage_again(dagste
 
 
 def test_the_instance_takes_the_catalogs_pool_limits_and_a_changed_one(dagster_home):
-    import nightly_assets.cli as cli
     from nightly_assets.catalog.loader import load_catalog
+    from nightly_assets.cli_instance import instance as cli_instance
 
     catalog = load_catalog()
-    instance = cli.instance(catalog)
+    instance = cli_instance(catalog)
     for pool, limit in catalog.pools.items():
         assert instance.event_log_storage.get_concurrency_info(pool).slot_count == limit, pool
     changed = catalog.model_copy(update={"pools": {**catalog.pools, "gpu": catalog.pools["gpu"] + 2}})
-    instance = cli.instance(changed)
+    instance = cli_instance(changed)
     assert instance.event_log_storage.get_concurrency_info("gpu").slot_count == catalog.pools["gpu"] + 2

@@ -17,19 +17,17 @@ import pytest
 from nightly_assets.results import TestCase, TestReport
 from nightly_assets.testing import checks
 from nightly_assets.testing.junit import (
-    MAX_MESSAGE_CHARS,
-    MAX_NAME_CHARS,
-    TRUNCATED,
     UNREADABLE_REPORT,
-    JUnitError,
-    JUnitStream,
     iter_junit,
     parse_bazel_testlogs,
-    parse_collect_only,
     parse_junit,
     parse_junit_files,
-    report_metadata,
 )
+from nightly_assets.testing.junit_errors import JUnitError
+from nightly_assets.testing.junit_stream import JUnitStream
+from nightly_assets.testing.junit_values import MAX_MESSAGE_CHARS, MAX_NAME_CHARS, TRUNCATED
+from nightly_assets.testing.pytest_output import parse_collect_only
+from nightly_assets.testing.report_metadata import report_metadata
 
 # 3 passed, 2 failed, 1 error (fixture raises), 1 skipped; TestHelper is not collectable.
 SAMPLE_TESTS = '''
@@ -834,7 +832,7 @@ def test_nameless_case_gets_a_placeholder_and_a_warning(
         '<testcase classname="c" name="b"/></testsuite>',
     )
 
-    with caplog.at_level(logging.WARNING, logger="nightly_assets.testing.junit"):
+    with caplog.at_level(logging.WARNING, logger="nightly_assets.testing.junit_stream"):
         report = parse_junit(path, suite="unit")
 
     assert [(c.node_id, c.outcome) for c in report.cases] == [
@@ -868,7 +866,7 @@ def test_times_are_read_leniently(
         tmp_path / "unit.xml", f'<testsuite><testcase classname="c" name="t" time="{raw}"/></testsuite>'
     )
 
-    with caplog.at_level(logging.WARNING, logger="nightly_assets.testing.junit"):
+    with caplog.at_level(logging.WARNING, logger="nightly_assets.testing.junit_stream"):
         [case] = parse_junit(path, suite="unit").cases
 
     assert case.duration_s == pytest.approx(seconds)
@@ -881,7 +879,7 @@ def test_bad_suite_time_warns_and_counts_zero(tmp_path: Path, caplog: pytest.Log
         tmp_path / "unit.xml", '<testsuite name="s" time="soon"><testcase name="t" time="1"/></testsuite>'
     )
 
-    with caplog.at_level(logging.WARNING, logger="nightly_assets.testing.junit"):
+    with caplog.at_level(logging.WARNING, logger="nightly_assets.testing.junit_stream"):
         report = parse_junit(path, suite="unit")
 
     assert report.total == 1 and report.duration_s == 0.0
@@ -891,7 +889,7 @@ def test_bad_suite_time_warns_and_counts_zero(tmp_path: Path, caplog: pytest.Log
 def test_warnings_are_capped_per_file(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     path = _write(tmp_path / "unit.xml", "<testsuite>" + "<testcase/>" * 100 + "</testsuite>")
 
-    with caplog.at_level(logging.WARNING, logger="nightly_assets.testing.junit"):
+    with caplog.at_level(logging.WARNING, logger="nightly_assets.testing.junit_stream"):
         report = parse_junit(path, suite="unit")
 
     assert report.total == 100 and len({c.name for c in report.cases}) == 100

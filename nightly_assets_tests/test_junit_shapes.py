@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from nightly_assets.testing import junit, junit_values
-from nightly_assets.testing.junit import MAX_MESSAGE_CHARS, TRUNCATED, iter_junit, parse_junit
+from nightly_assets.testing.junit import iter_junit, parse_junit
+from nightly_assets.testing.junit_values import MAX_MESSAGE_CHARS, TRUNCATED
 
 
 def _write(tmp_path: Path, body: str, name: str = "report.xml") -> Path:

@@ -14,7 +14,8 @@ from nightly_assets.catalog.models import Confirm
 from nightly_assets.results import NightKey, TestCase, TestReport
 from nightly_assets.testing import junit
 from nightly_assets.testing.confirm import Rerunner, confirm_failures
-from nightly_assets.testing.junit import JUnitError, parse_bazel_testlogs, parse_junit, parse_junit_files
+from nightly_assets.testing.junit import parse_bazel_testlogs, parse_junit, parse_junit_files
+from nightly_assets.testing.junit_errors import JUnitError
 from nightly_assets.testing.streamed_cases import StreamedCases
 from nightly_assets.warehouse.store import Warehouse
 from nightly_assets.warehouse.tables import TestCaseTable, TestEvidenceTable

@@ -15,14 +15,14 @@ import dagster as dg
 import pytest
 
 from nightly_assets.definitions import build_definitions
-from nightly_assets.release.resources import (
+from nightly_assets.release.errors import (
     CredentialsRefused,
     DistributionInvalid,
     IndexUnreachable,
-    PackageIndex,
-    PackageIndexesResource,
     PublishError,
 )
+from nightly_assets.release.indexes import PackageIndex
+from nightly_assets.release.resources import PackageIndexesResource
 from nightly_assets.resources import resources_for
 from nightly_assets.results import NightKey
 from nightly_assets.settings import env_var_names

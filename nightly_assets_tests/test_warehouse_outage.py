@@ -11,7 +11,8 @@ import uuid
 import pytest
 
 from nightly_assets.results import NightKey
-from nightly_assets.warehouse.store import Warehouse, WarehouseError
+from nightly_assets.warehouse.access import WarehouseError
+from nightly_assets.warehouse.store import Warehouse
 from nightly_assets_tests.cli_nights import start_night_with_a_slow_benchmark, wait_for_the_benchmark
 from nightly_assets_tests.peers.mysql import OwnMariaDB
 

@@ -22,7 +22,7 @@ from nightly_assets.builds.resources import PythonBuildResource
 from nightly_assets.builds.suite_dependencies import SuiteDependencies
 from nightly_assets.containers import recipes
 from nightly_assets.containers.engine import BuildResult, build_image, pull_image, push_image
-from nightly_assets.containers.registry import RetentionResult, copy_image, expire_run_tags
+from nightly_assets.containers.registry_images import RetentionResult, copy_image, expire_run_tags
 from nightly_assets.containers.resources import ContainerRegistriesResource, DockerRunnerPoolResource
 from nightly_assets.manifests import EnvironmentManifest
 from nightly_assets.stages import StageRun, StageSpec

@@ -18,7 +18,8 @@ from nightly_assets.catalog.models import Pipeline, Stage
 from nightly_assets.culprits.bisect import Verdict
 from nightly_assets.process import CommandError, run_command
 from nightly_assets.sources.resources import GitSourcesResource, SourceError
-from nightly_assets.testing.junit import JUnitError, parse_junit
+from nightly_assets.testing.junit import parse_junit
+from nightly_assets.testing.junit_errors import JUnitError
 from nightly_assets.testing.resources import LocalTestRunnerResource, without_installed_packages
 
 FAILED = ("failed", "error")

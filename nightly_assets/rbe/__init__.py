@@ -2,7 +2,8 @@
 fallback, and Bazel bootstrapped from source (seed 004)."""
 
 from nightly_assets.rbe.bazel import BazelConfigError, TargetSummary
-from nightly_assets.rbe.resources import BazelRbeResource, RemoteSettings, TestTimeouts
+from nightly_assets.rbe.remote import RemoteSettings
+from nightly_assets.rbe.resources import BazelRbeResource, TestTimeouts
 from nightly_assets.rbe.runs import (
     BazelBuildError,
     BazelBuildRun,

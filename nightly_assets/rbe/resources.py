@@ -1,14 +1,13 @@
 """`bazel test` and `bazel build` against remote execution / a remote cache, falling back to a local
 build when the remote endpoint does not answer (seed 000: the JAX ROCm RBE pipeline's redundancy),
-and Bazel bootstrapped from a pinned source tree (seed 004)."""
+and Bazel bootstrapped from a pinned source tree (seed 004). Where the remote endpoints are and how
+they are reached is ``remote.py``; the bootstrap itself is ``bootstrap.py``."""
 
 from __future__ import annotations
 
 import fnmatch
 import hashlib
-import os
 import re
-import shlex
 import shutil
 import time
 from collections.abc import Sequence
@@ -22,6 +21,8 @@ from pydantic import Field
 from nightly_assets.catalog.models import BazelBootstrap, BazelTests
 from nightly_assets.process import CommandError, run_command
 from nightly_assets.rbe import bazel as bz
+from nightly_assets.rbe.bootstrap import bootstrap_bazel
+from nightly_assets.rbe.remote import RemoteSettings
 from nightly_assets.rbe.runs import (
     BazelBuildError,
     BazelBuildRun,
@@ -29,14 +30,12 @@ from nightly_assets.rbe.runs import (
     BazelTestError,
     BazelTestRun,
     Mode,
-    RemoteUnavailableError,
 )
 from nightly_assets.results import TestReport
 from nightly_assets.settings import FromEnv
 from nightly_assets.testing.junit import parse_bazel_testlogs
 
 WORKSPACE_FILES = ("WORKSPACE", "WORKSPACE.bazel", "MODULE.bazel")
-BOOTSTRAPS_KEPT = 3  # bootstrapped Bazel binaries kept (one per commit and recipe)
 DEFAULT_MAX_IDLE_SECS = 900  # Bazel's own default keeps an idle server (and its memory) for 3 hours
 
 
@@ -52,30 +51,6 @@ class TestTimeouts(dg.Config):
 
     def flag(self) -> str:
         return f"--test_timeout={self.short},{self.moderate},{self.long},{self.eternal}"
-
-
-class RemoteSettings(dg.Config):
-    """Where builds and tests run remotely. Secrets are named, never held: config carries the
-    environment variables' names and their values are read when Bazel starts."""
-
-    executor: str | None = Field(default=None, description="--remote_executor, e.g. grpcs://rbe.example:443")
-    cache: str | None = Field(default=None, description="--remote_cache, e.g. grpc://127.0.0.1:50051")
-    instance_name: str = Field(default="", description="--remote_instance_name")
-    headers: dict[str, str] = Field(default_factory=dict, description="non-secret --remote_header K=V")
-    header_envs: dict[str, str] = Field(
-        default_factory=dict, description="header name -> environment variable holding its (secret) value"
-    )
-    google_credentials_env: str | None = Field(
-        default=None, description="environment variable holding the --google_credentials JSON file path"
-    )
-    tls_certificate: str | None = Field(default=None, description="--tls_certificate: CA of a grpcs endpoint")
-    timeout_s: int = Field(default=60, gt=0, description="--remote_timeout")
-    probe_timeout_s: float = Field(default=3.0, gt=0, description="how long the endpoint probe waits")
-    fallback_to_local: bool = Field(default=True, description="build locally when the endpoint is down")
-
-    def endpoints(self) -> list[bz.Endpoint]:
-        named = (("remote executor", self.executor), ("remote cache", self.cache))
-        return [bz.parse_endpoint(setting, url) for setting, url in named if url]
 
 
 @dataclass(frozen=True)
@@ -237,36 +212,7 @@ class BazelRbeResource(dg.ConfigurableResource):
     def bootstrap(self, source: Path, commit: str, spec: BazelBootstrap, *, log_path: Path) -> Path:
         """Bazel built from the pinned source tree `source` (at `commit`) with the catalog's command,
         kept under the output user root per commit: the next night at the same commit reuses it."""
-        if not re.fullmatch(r"[0-9a-f]{7,64}", commit):
-            raise BazelBuildError(f"bootstrap of {spec.repo}: commit {commit!r} is not a git SHA")
-        recipe = hashlib.sha256(spec.model_dump_json(exclude={"timeout_minutes"}).encode()).hexdigest()[:12]
-        kept = self._cache_root() / "bootstrapped" / f"{commit}-{recipe}" / "bazel"
-        if kept.is_file() and os.access(kept, os.X_OK):
-            log_path.write_text(f"reused {kept}, bootstrapped earlier from {spec.repo} at {commit}\n")
-            os.utime(kept.parent)  # recently used: kept by the pruning below
-            return kept
-        what = f"bootstrap of Bazel from {spec.repo} ({shlex.join(spec.command)})"
-        try:
-            result = run_command(
-                spec.command,
-                cwd=source,
-                env=spec.env,
-                timeout_s=spec.timeout_minutes * 60,
-                log_path=log_path,
-                check=False,
-            )
-        except CommandError as exc:  # not found, or past its timeout
-            raise BazelBuildError(f"{what}: {exc}; log {log_path}") from None
-        built = source / spec.binary
-        if result.returncode != 0 or not built.is_file() or not os.access(built, os.X_OK):
-            why = f"exited {result.returncode}" if result.returncode else f"left no executable {spec.binary}"
-            raise BazelBuildError(f"{what} {why}; log {log_path}; last output:\n{result.tail()}")
-        kept.parent.mkdir(parents=True, exist_ok=True)
-        partial = kept.with_name(f".bazel.{os.getpid()}")
-        shutil.copy2(built.resolve(), partial)
-        partial.replace(kept)  # whole or absent, even if two runs bootstrap the same commit
-        _prune(kept.parent.parent, keep=BOOTSTRAPS_KEPT)
-        return kept
+        return bootstrap_bazel(source, commit, spec, cache_root=self._cache_root(), log_path=log_path)
 
     def shutdown(self, workspace: Path, *, expunge: bool = False, output_key: str | None = None) -> None:
         """Stop the Bazel server of the workspace (or of `output_key`'s output base); `expunge` also
@@ -284,20 +230,6 @@ class BazelRbeResource(dg.ConfigurableResource):
             raise BazelError(f"bazel {' '.join(command)} in {workspace} failed:\n{result.tail()}")
 
     # -- internals --
-
-    def _choose_mode(self) -> tuple[Mode, str | None]:
-        endpoints = self.remote.endpoints()
-        if not endpoints:
-            return "local", None
-        root_certs = _read_certificate(self.remote.tls_certificate) if self.remote.tls_certificate else None
-        for endpoint in endpoints:
-            reason = bz.probe(endpoint, self.remote.instance_name, self.remote.probe_timeout_s, root_certs)
-            if reason is None:
-                continue
-            if not self.remote.fallback_to_local:
-                raise RemoteUnavailableError(f"{reason}; fallback_to_local is off")
-            return "local-fallback", reason
-        return "remote", None
 
     def _startup(self, rc_path: Path, output_key: str | None = None) -> list[str]:
         """Startup options. Each night checks out into a new folder, and Bazel keys its output base
@@ -326,25 +258,6 @@ class BazelRbeResource(dg.ConfigurableResource):
         options += [f"--test_env={name}={value}" for name, value in self.test_env.items()]
         return options + self.extra_args
 
-    def _remote_options(self) -> tuple[list[str], list[str], list[str]]:
-        """(options for argv, options for the private rc file, secret values to redact)."""
-        remote = self.remote
-        public = [f"--remote_executor={remote.executor}"] if remote.executor else []
-        public += [f"--remote_cache={remote.cache}"] if remote.cache else []
-        public += [f"--remote_instance_name={remote.instance_name}"] if remote.instance_name else []
-        public += [bz.header_flag(name, value) for name, value in remote.headers.items()]
-        public.append(f"--remote_timeout={remote.timeout_s}")
-        public += [f"--tls_certificate={remote.tls_certificate}"] if remote.tls_certificate else []
-        private: list[str] = []
-        secrets: list[str] = []
-        for name, variable in remote.header_envs.items():
-            secrets.append(_secret(variable, f"remote header {name!r}"))
-            private.append(bz.header_flag(name, secrets[-1]))
-        if remote.google_credentials_env:
-            secrets.append(_secret(remote.google_credentials_env, "google_credentials"))
-            private.append(f"--google_credentials={secrets[-1]}")
-        return public, private, secrets
-
     def _run(
         self,
         command: str,
@@ -364,7 +277,7 @@ class BazelRbeResource(dg.ConfigurableResource):
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "build_events.json").unlink(missing_ok=True)  # an earlier run's events must not count
         started = time.monotonic()
-        mode, fallback_reason = self._choose_mode() if use_remote else ("local", None)
+        mode, fallback_reason = self.remote.choose_mode() if use_remote else ("local", None)
         call: dict[str, Any] = {
             "command": command,
             "bazel": bazel or self.bazel,
@@ -400,7 +313,7 @@ class BazelRbeResource(dg.ConfigurableResource):
         timeout_s: float,
         output_key: str | None,
     ) -> _Attempt:
-        public, private, secrets = self._remote_options() if remote else ([], [], [])
+        public, private, secrets = self.remote.bazel_options() if remote else ([], [], [])
         redact = bz.Redactor.of(secrets)
         rc_path = self._rc_path(workspace)
         argv = bz.bazel_argv(bazel, self._startup(rc_path, output_key), command, [*options, *public], targets)
@@ -434,13 +347,6 @@ def _checked_workspace(workspace: Path, error: type[BazelError]) -> Path:
     return workspace
 
 
-def _prune(folder: Path, keep: int) -> None:
-    """Delete all but the `keep` most recently used entries of `folder`."""
-    entries = sorted(folder.iterdir(), key=lambda p: p.stat().st_mtime, reverse=True)
-    for old in entries[keep:]:
-        shutil.rmtree(old, ignore_errors=True)
-
-
 def _copy_outputs(files: list[Path], dest: Path) -> list[Path]:
     """Copies out of Bazel's read-only tree, which the next build replaces; one name, one file."""
     dest.mkdir(parents=True, exist_ok=True)
@@ -452,17 +358,3 @@ def _copy_outputs(files: list[Path], dest: Path) -> list[Path]:
         target = dest / source.name
         shutil.copyfile(source, target)
     return [dest / name for name in sorted(copied)]
-
-
-def _read_certificate(path: str) -> bytes:
-    try:
-        return Path(path).read_bytes()
-    except OSError as exc:
-        raise bz.BazelConfigError(f"tls_certificate={path!r}: cannot read it ({exc.strerror})") from None
-
-
-def _secret(variable: str, what: str) -> str:
-    value = os.environ.get(variable)
-    if not value:
-        raise bz.BazelConfigError(f"{what}: environment variable {variable} is not set or empty")
-    return value

@@ -11,7 +11,7 @@ from typing import Literal
 
 from nightly_assets.rbe import bazel as bz
 from nightly_assets.results import TestReport
-from nightly_assets.testing.junit import report_metadata
+from nightly_assets.testing.report_metadata import report_metadata
 
 Mode = Literal["remote", "local", "local-fallback"]
 

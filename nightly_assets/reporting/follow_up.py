@@ -224,7 +224,7 @@ def abandoned_runs(
         return None
     if any(_follow_up_pending(instance, r) for r in runs):
         return None  # its follow-up (alerts, then a summary run) is still to come
-    from nightly_assets.warehouse.store import utc_now  # SQLAlchemy: for a sensor tick, not for loading
+    from nightly_assets.warehouse.access import utc_now  # SQLAlchemy: for a sensor tick, not for loading
 
     idle = utc_now() - (night.updated_at or dt.datetime.min)
     if len(runs) < len(run_ids) and idle < UNKNOWN_RUN_GRACE:

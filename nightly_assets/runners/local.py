@@ -28,7 +28,8 @@ from nightly_assets.runners.protocol import (
 from nightly_assets.runners.rbe import bazel_wheels
 from nightly_assets.stages import StageSpec
 from nightly_assets.testing.confirm import Rerunner, pytest_node_id
-from nightly_assets.testing.junit import parse_collect_only, parse_junit
+from nightly_assets.testing.junit import parse_junit
+from nightly_assets.testing.pytest_output import parse_collect_only
 from nightly_assets.testing.resources import LocalTestRunnerResource, without_installed_packages
 
 

@@ -15,7 +15,8 @@ from nightly_assets.results import TestReport
 from nightly_assets.runners.protocol import BuiltWheels, Capability, RunnerBackend, StageWork, SuiteOutcome
 from nightly_assets.stages import StageSpec
 from nightly_assets.testing.confirm import Rerunner
-from nightly_assets.testing.junit import JUnitError, iter_junit
+from nightly_assets.testing.junit import iter_junit
+from nightly_assets.testing.junit_errors import JUnitError
 from nightly_assets.testing.suite_params import TestSuiteParams
 
 

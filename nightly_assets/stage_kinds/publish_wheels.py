@@ -12,7 +12,8 @@ import dagster as dg
 
 from nightly_assets.artefacts.resources import ArtefactStoreResource
 from nightly_assets.manifests import WheelsManifest
-from nightly_assets.release.resources import INDEX_VARIABLES, LOCAL, PackageIndexesResource
+from nightly_assets.release.indexes import INDEX_VARIABLES, LOCAL
+from nightly_assets.release.resources import PackageIndexesResource
 from nightly_assets.stage_kinds.spec import ORCHESTRATOR, StageKind, StageParams
 from nightly_assets.stages import (
     StageNotAvailable,

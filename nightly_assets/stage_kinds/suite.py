@@ -18,7 +18,7 @@ from nightly_assets.stage_kinds.spec import StageKind
 from nightly_assets.stages import StageSpec, recorded_devices, recorded_stage, stage_events
 from nightly_assets.testing import checks, health
 from nightly_assets.testing.confirm import confirm_failures
-from nightly_assets.testing.junit import report_metadata
+from nightly_assets.testing.report_metadata import report_metadata
 from nightly_assets.testing.suite_params import TestSuiteParams
 from nightly_assets.warehouse.resources import WarehouseResource
 

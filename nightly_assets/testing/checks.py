@@ -8,7 +8,7 @@ from collections.abc import Set as AbstractSet
 import dagster as dg
 
 from nightly_assets.results import TestReport
-from nightly_assets.testing.junit import failures_markdown
+from nightly_assets.testing.report_metadata import failures_markdown
 
 TESTS_PASSED = "tests_passed"
 TEST_COUNT_STABLE = "test_count_stable"

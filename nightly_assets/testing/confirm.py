@@ -23,7 +23,7 @@ import dagster as dg
 
 from nightly_assets.results import TestCase, TestReport
 from nightly_assets.testing.flakiness import is_wholesale
-from nightly_assets.testing.junit import MAX_FAILURE_ROWS  # as many as the failures table shows
+from nightly_assets.testing.report_metadata import MAX_FAILURE_ROWS  # as many as the failures table shows
 from nightly_assets.testing.streamed_cases import replaced_cases
 
 if TYPE_CHECKING:  # the catalog imports the stage kinds, which import this module

@@ -1,17 +1,27 @@
-"""Attribute values cut to a bound before expat reads them, so that JUnit parsing stays linear.
+"""The bounds on what a JUnit report's values may hold: names and messages are capped (``cap``,
+the cut marked) so that a warehouse row stays small, and attribute values are cut to a bound
+before expat reads them (``LongValueCutter``), so that JUnit parsing stays linear.
 
-Used by nightly_assets.testing.junit; the stream still goes through defusedxml's parser whole
-(only bytes inside over-long attribute values are dropped)."""
+Used by nightly_assets.testing.junit_stream; the stream still goes through defusedxml's parser
+whole (only bytes inside over-long attribute values are dropped)."""
 
 from __future__ import annotations
 
 from typing import IO
 
+MAX_NAME_CHARS = 1000  # classname and name, each
+MAX_MESSAGE_CHARS = 8000
+TRUNCATED = "…[truncated]"
 CHUNK_BYTES = 64 * 1024  # about a hundred typical cases per feed: per-feed overhead is negligible
-# Four bytes per character (UTF-8's most) of junit.MAX_MESSAGE_CHARS (8000), with room: a longer
+# Four bytes per character (UTF-8's most) of MAX_MESSAGE_CHARS (8000), with room: a longer
 # attribute value is cut without changing any name or message the parser keeps.
 MAX_ATTRIBUTE_BYTES = 256 * 1024
 LONGEST_REFERENCE = 16  # "&#x0010FFFF;" and the named ones are shorter
+
+
+def cap(text: str, limit: int) -> str:
+    """`text` cut to at most `limit` characters, the cut marked (a warehouse row stays small)."""
+    return text if len(text) <= limit else text[: limit - len(TRUNCATED)] + TRUNCATED
 
 
 class LongValueCutter:

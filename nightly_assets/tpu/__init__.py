@@ -1,7 +1,8 @@
 """TPU VMs for the `tpu` pipeline (seed 003): created per run, the suite run over SSH, deleted always."""
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from nightly_assets.lazy_exports import lazy_exports
 
 if TYPE_CHECKING:
     from nightly_assets.tpu.models import TpuRunOutcome, TpuSuite, TpuTarget
@@ -11,24 +12,20 @@ if TYPE_CHECKING:
 
 # Each name from its module on first use: loading the catalog (tpu.models) must not import the
 # SSH and Cloud TPU client libraries that a run needs.
-_HOMES = {
-    "TpuApiError": "nodes",
-    "TpuNotReadyError": "nodes",
-    "TpuQuotaError": "nodes",
-    "TpuRunOutcome": "models",
-    "TpuSuite": "models",
-    "TpuTarget": "models",
-    "TpuVm": "session",
-    "TpuVmResource": "resources",
-    "sweep_orphans": "resources",
-}
-
-
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{home}"), name)
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "TpuApiError": "nodes",
+        "TpuNotReadyError": "nodes",
+        "TpuQuotaError": "nodes",
+        "TpuRunOutcome": "models",
+        "TpuSuite": "models",
+        "TpuTarget": "models",
+        "TpuVm": "session",
+        "TpuVmResource": "resources",
+        "sweep_orphans": "resources",
+    },
+)
 
 
 __all__ = [

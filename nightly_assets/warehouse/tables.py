@@ -9,7 +9,7 @@ Portable across SQLite and MySQL/MariaDB:
 - Test identity (suite + ``TestCase.node_id``) is indexed through ``test_cases.test_key``, a 60-bit
   hash of the node id (``node_key()``): the node id itself is too long for a MySQL index.
 
-The store creates missing tables, columns and indexes at start (``connection.ensure_schema``), so
+The store creates missing tables, columns and indexes at start (``schema_upgrade.ensure_schema``), so
 an existing warehouse gets what a newer version added.
 """
 

@@ -1,0 +1,128 @@
+"""`nightly status` and `nightly tests`: questions to the warehouse from a shell, answered without
+dagster, the code location or the other resources (`test_cli_imports.py` checks it)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from nightly_assets import history_cli
+from nightly_assets.cli_usage import SettingsError, any_night, pipeline_named, unset_message
+
+if TYPE_CHECKING:
+    from nightly_assets.catalog.models import Catalog, Pipeline
+    from nightly_assets.catalog.outline import CatalogOutline, PipelineOutline
+
+STATUS_RETRY_S = 5.0  # `nightly status` says a database is down after this, not after a minute
+_MARKS = {"success": "+", "failure": "x", "skipped": "-", "running": "~", "cancelled": "c"}
+
+
+@contextlib.contextmanager
+def query_warehouse() -> Iterator[Any]:
+    """The warehouse alone, for a person waiting on a query (`status`, `tests`): the other resources
+    and their SDKs are not loaded, and a lost connection is retried for STATUS_RETRY_S only. The URL
+    is chosen as `resources_for` chooses it."""
+    from nightly_assets.settings import WAREHOUSE_URL_VAR, local_warehouse_url, nightly_env, nightly_home
+    from nightly_assets.warehouse.store import Warehouse
+
+    url = os.environ.get(WAREHOUSE_URL_VAR)
+    if not url and nightly_env() == "prod":
+        raise SettingsError(f"warehouse (prod): {unset_message([WAREHOUSE_URL_VAR])}")
+    store = Warehouse(url or local_warehouse_url(nightly_home()), retry_s=STATUS_RETRY_S)
+    try:
+        yield store
+    finally:
+        store.dispose()
+
+
+def status(catalog: Catalog | CatalogOutline, only: str | None, as_json: bool) -> int:
+    pipelines: list[Pipeline | PipelineOutline] = (
+        [pipeline_named(catalog, only)] if only else list(catalog.pipelines.values())
+    )
+    _quiet_warehouse_logs()
+    with query_warehouse() as store:
+        rows = status_rows(store, pipelines)
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    if not rows:
+        print("no nights recorded yet; run one with: nightly run demo --night YYYY-MM-DD")
+        return 0
+    for pipeline in pipelines:
+        mine = [r for r in rows if r["pipeline"] == pipeline.name]
+        if not mine:
+            continue
+        names = [s.name for s in pipeline.stages]
+        print(f"{pipeline.name}: {pipeline.title}")
+        print(
+            f"  {'night':<10}  {'target':<14}  {'status':<9}  {'tests passed/run':<16}  "
+            f"stages ({' '.join(names)})"
+        )
+        for r in mine:
+            ran = sum(c["total"] - c["skipped"] - c["collected"] for c in r["tests"].values())
+            passed = sum(c["passed"] for c in r["tests"].values())
+            marks = " ".join(_MARKS.get(r["stages"][n], "?") for n in names)
+            print(
+                f"  {r['night']:<10}  {r['target']:<14}  {r['status']:<9}  {f'{passed}/{ran}':<16}  {marks}"
+            )
+            for check in r["failed_checks"]:
+                why = " ".join(check["description"].split())  # the count and the first failing tests
+                name = f"{check['stage']}:{check['check']} ({check['severity']})"
+                print(f"  {'':<10}  {'':<14}  ! {name}: {why}"[:220])
+        print()
+    print("stage marks: + success, x failure, - skipped, ~ running, c cancelled")
+    return 0
+
+
+def tests(catalog: Catalog | CatalogOutline, args: argparse.Namespace) -> int:
+    pipeline = pipeline_named(catalog, args.pipeline)
+    _quiet_warehouse_logs()
+    with query_warehouse() as store:
+        return history_cli.run(store, pipeline, args, any_night)
+
+
+def _quiet_warehouse_logs() -> None:
+    """Each warehouse retry and schema upgrade is logged (a run shows them as it goes); for a
+    person waiting on a query the error is one line."""
+    from nightly_assets.warehouse import access, schema_upgrade
+
+    for module in (access, schema_upgrade):
+        logging.getLogger(module.__name__).setLevel(logging.ERROR)
+
+
+def status_rows(store: Any, pipelines: list[Pipeline | PipelineOutline]) -> list[dict[str, Any]]:
+    """One row per night x target, newest first: a bounded number of warehouse queries (the
+    store's `night_overviews`), however many nights there are."""
+    stages_of = {p.name: p.stages for p in pipelines}
+    return [
+        {
+            "pipeline": o.night.pipeline,
+            "night": o.night.night.isoformat(),
+            "target": o.night.target,
+            "status": o.night.status,
+            "run_id": o.night.run_id,
+            "pins": o.night.pins,
+            "stages": {s.name: o.stages.get(s.name, "skipped") for s in stages_of[o.night.pipeline]},
+            "tests": o.suites,
+            "failed_checks": [
+                {
+                    "stage": c.stage,
+                    "check": c.name,
+                    "severity": c.severity,
+                    "description": c.description,
+                }
+                for c in o.checks
+                if not c.passed
+            ],
+            # What each stage that recorded it ran on, with the configuration key of its baselines.
+            "devices": {
+                stage: {**facts.model_dump(), "config_key": facts.key()} for stage, facts in o.devices.items()
+            },
+        }
+        for o in store.night_overviews([p.name for p in pipelines])
+    ]

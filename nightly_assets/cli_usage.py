@@ -1,0 +1,69 @@
+"""What a `nightly` command was given, checked: the pipeline, the night and the targets named on
+its command line, and the errors that are the user's to fix (one line, exit 2, no traceback)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from typing import TYPE_CHECKING, overload
+
+if TYPE_CHECKING:
+    from nightly_assets.catalog.models import Catalog, Pipeline
+    from nightly_assets.catalog.outline import CatalogOutline, PipelineOutline
+
+INTERRUPTED = 130  # 128 + SIGINT, for Ctrl-C and SIGTERM alike
+
+
+class UsageError(ValueError):
+    pass
+
+
+class SettingsError(ValueError):
+    """A setting the resources need is missing or malformed (e.g. an unset variable in prod)."""
+
+
+def unset_message(names: list[str]) -> str:
+    return f"environment variable(s) not set: {', '.join(names)} (see the README's Configuration)"
+
+
+@overload
+def pipeline_named(catalog: Catalog, name: str) -> Pipeline: ...
+@overload
+def pipeline_named(catalog: CatalogOutline, name: str) -> PipelineOutline: ...
+def pipeline_named(catalog: Catalog | CatalogOutline, name: str) -> Pipeline | PipelineOutline:
+    """The pipeline `name` of a catalog or its outline."""
+    if name not in catalog.pipelines:
+        raise UsageError(
+            f"unknown pipeline {name!r}; the catalog has: {', '.join(sorted(catalog.pipelines))}"
+        )
+    return catalog.pipelines[name]
+
+
+def any_night(pipeline: Pipeline | PipelineOutline, text: str) -> dt.date:
+    """A --night as a date, any date: one to look up may still be running."""
+    try:
+        if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
+            raise ValueError(text)
+        return dt.date.fromisoformat(text)
+    except ValueError:
+        raise UsageError(f"--night {text!r}: expected a date as YYYY-MM-DD") from None
+
+
+def night_to_run(pipeline: Pipeline, text: str) -> dt.date:
+    """A --night to run: one of the pipeline's nights that has ended."""
+    night = any_night(pipeline, text)
+    today = dt.datetime.now(dt.UTC).date()
+    if not pipeline.start_date <= night < today:
+        raise UsageError(
+            f"--night {text}: pipeline '{pipeline.name}' has nights from {pipeline.start_date} "
+            f"to {today - dt.timedelta(days=1)} (a night can run once it has ended, UTC)"
+        )
+    return night
+
+
+def targets_to_run(pipeline: Pipeline, target: str | None) -> list[str]:
+    """The --target given (one of the pipeline's), or every target of the pipeline."""
+    targets = [t.name for t in pipeline.targets]
+    if target is not None and target not in targets:
+        raise UsageError(f"--target {target!r}: pipeline '{pipeline.name}' has targets {', '.join(targets)}")
+    return [target] if target else targets
