@@ -19,7 +19,7 @@ class Confirm(StrictModel):
     attempts: int = Field(default=2, ge=0, le=10)
     # Failing tests re-run at most, the first in the report's order; the rest are listed as not
     # re-run. A night with more failures than a reader can go through in the stage's failures
-    # table (junit.MAX_FAILURE_ROWS) is a breakage, and re-running all of it only costs time.
+    # table (report_metadata.MAX_FAILURE_ROWS) is a breakage, and re-running all of it only costs time.
     max_tests: int = Field(default=50, ge=1)
     # Seconds all re-runs of the night may take together; unset: the suite's own timeout_minutes
     # (a part of the suite gets no more time than the whole did).

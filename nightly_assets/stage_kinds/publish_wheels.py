@@ -2,7 +2,7 @@
 
 `index: local` copies them into the local find-links folder; `test` and `production` are real
 indexes: twine checks and uploads them, and they are installed back from the index
-(release/resources.py). In the embedded default, `test` is the local folder while
+(release/upload.py). In the embedded default, `test` is the local folder while
 NIGHTLY_TEST_INDEX_URL is unset."""
 
 from pathlib import Path
