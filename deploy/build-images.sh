@@ -44,7 +44,10 @@ if [ -d .wheelhouse ]; then
   offline+=(--find-links .wheelhouse)
 fi
 rm -f "$wheelhouse"/nightly_assets-*.whl
-"$python" -m pip wheel -q "${offline[@]}" --no-deps --wheel-dir "$wheelhouse" .
+# SOURCE_DATE_EPOCH: the same sources give the same wheel, so an unchanged checkout reuses the
+# engine's cached layers instead of installing everything again.
+SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-315532800} \
+  "$python" -m pip wheel -q "${offline[@]}" --no-deps --wheel-dir "$wheelhouse" .
 wheel=$(ls "$wheelhouse"/nightly_assets-*.whl)
 # --dest: what only .wheelhouse has is copied beside the rest, so the images see it too.
 if ! { "$python" -m pip download -q "${offline[@]}" --dest "$wheelhouse" "${wheel}[deploy]" -r deploy/requirements.txt \
