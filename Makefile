@@ -41,5 +41,9 @@ ui: ## the Dagster UI and daemon on http://127.0.0.1:3000; the artefacts its lin
 bench: ## definitions load time and orchestration overhead, as ratios
 	$(BIN)/python -m benchmarks
 
+.PHONY: deploy-images
+deploy-images: ## the docker-compose images, built offline from .wheelhouse (deploy/README.md: Air-gapped builds)
+	PYTHON=$(BIN)/python deploy/build-images.sh
+
 clean:
 	rm -rf .nightly .dagster_home/storage .dagster_home/history .dagster_home/schedules

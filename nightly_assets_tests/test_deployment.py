@@ -99,7 +99,9 @@ def _env_var_names(env_vars: list[str]) -> list[str]:
 # -- docker-compose.yml ---------------------------------------------------------------------------
 
 
-def _compose(args: list[str], env: Mapping[str, str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
+def _compose(
+    args: list[str], env: Mapping[str, str], tmp_path: Path, files: tuple[Path, ...] = (COMPOSE_FILE,)
+) -> subprocess.CompletedProcess[str]:
     binary = shutil.which("docker-compose")
     if binary is None:
         pytest.fail("`docker-compose` is not installed: run `apt-get install docker-compose` (v1.29)")
@@ -107,8 +109,9 @@ def _compose(args: list[str], env: Mapping[str, str], tmp_path: Path) -> subproc
     empty_env_file = tmp_path / "empty.env"
     empty_env_file.write_text("")
     base = {key: os.environ[key] for key in ("PATH", "HOME", "LANG") if key in os.environ}
+    file_args = [arg for path in files for arg in ("-f", str(path))]
     return subprocess.run(
-        [binary, "--env-file", str(empty_env_file), "-f", str(COMPOSE_FILE), *args],
+        [binary, "--env-file", str(empty_env_file), *file_args, *args],
         env={**base, **env},
         cwd=ROOT,
         capture_output=True,
@@ -187,6 +190,88 @@ def test_no_secret_is_written_into_the_files(compose_values: dict[str, str]) -> 
         assert not (name in SECRET_VARS and value), f"{DEPLOY_YAML}: env_vars sets {name} literally"
     password = _deploy_config()["storage"]["postgres"]["postgres_db"]["password"]
     assert password == {"env": "DAGSTER_POSTGRES_PASSWORD"}
+
+
+def test_the_ui_is_published_on_loopback_only(compose_config: dict[str, Any]) -> None:
+    """Dagster OSS has no login: the UI must not be on every interface (deploy/README.md: The UI)."""
+    published = {name: service.get("ports", []) for name, service in compose_config["services"].items()}
+    assert published.pop("webserver") == ["127.0.0.1:3000:3000/tcp"]
+    assert not any(published.values()), f"only the webserver publishes a port: {published}"
+
+
+def test_the_hosts_docker_host_stays_out_of_the_containers(
+    compose_values: dict[str, str], tmp_path: Path
+) -> None:
+    """Compose reads DOCKER_HOST to find the engine; the containers' DOCKER_HOST is their own setting."""
+    host_socket = "unix:///run/operator/docker.sock"
+    result = _compose(["config"], {**compose_values, "DOCKER_HOST": host_socket}, tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert host_socket not in result.stdout
+    services = yaml.safe_load(result.stdout)["services"]
+    for service in (USER_CODE, *DAGSTER_SERVICES):
+        assert services[service]["environment"]["DOCKER_HOST"] == "unix:///var/run/docker.sock"
+    remote = "tcp://engine.internal:2376"
+    result = _compose(["config"], {**compose_values, "NIGHTLY_CONTAINERS_DOCKER_HOST": remote}, tmp_path)
+    assert yaml.safe_load(result.stdout)["services"]["daemon"]["environment"]["DOCKER_HOST"] == remote
+
+
+def test_the_images_build_from_a_base_image_and_wheelhouse_given(
+    compose_config: dict[str, Any], compose_values: dict[str, str], tmp_path: Path
+) -> None:
+    services = compose_config["services"]
+    for service in (USER_CODE, *DAGSTER_SERVICES):
+        args = services[service]["build"]["args"]
+        assert args["BASE_IMAGE"] == "python:3.11-slim"
+        assert args["WHEELHOUSE"] == "build/deploy-wheelhouse"
+    assert services[USER_CODE]["build"]["args"]["APT_PACKAGES"] == "git"
+    local = {
+        "NIGHTLY_DEPLOY_BASE_IMAGE": "local/python:3.11",
+        "NIGHTLY_DEPLOY_APT_PACKAGES": "",
+        "NIGHTLY_POSTGRES_IMAGE": "local/postgres:16",
+    }
+    result = _compose(["config"], {**compose_values, **local}, tmp_path)
+    assert result.returncode == 0, result.stderr
+    services = yaml.safe_load(result.stdout)["services"]
+    assert services[USER_CODE]["build"]["args"]["BASE_IMAGE"] == "local/python:3.11"
+    assert services[USER_CODE]["build"]["args"]["APT_PACKAGES"] == ""
+    assert services["webserver"]["build"]["args"]["BASE_IMAGE"] == "local/python:3.11"
+    assert services["postgres"]["image"] == "local/postgres:16"
+
+
+@pytest.mark.parametrize("dockerfile", ["Dockerfile", "Dockerfile.dagster"])
+def test_the_dockerfiles_install_from_the_wheelhouse_only(dockerfile: str) -> None:
+    """pip in an image never reaches an index; apt only for the packages an operator names."""
+    text = (DEPLOY / dockerfile).read_text()
+    assert "ARG BASE_IMAGE=python:3.11-slim\nFROM ${BASE_IMAGE}\n" in text
+    installs = re.findall(r"pip install[^\n]*", text)
+    assert installs and all("--no-index --find-links" in line for line in installs), installs
+    for line in text.splitlines():
+        if "apt-get install" in line:
+            assert "$APT_PACKAGES" in line, line
+    required = (DEPLOY / "requirements.txt").read_text()
+    for pinned in re.findall(r'"(dagster[a-z-]*)==\$\{(DAGSTER_[A-Z_]+)\}"', text):
+        name, version_arg = pinned
+        version = re.search(rf"\b{version_arg}=(\S+)", text)
+        assert version is not None
+        assert f"{name}=={version[1]}" in required, f"deploy/requirements.txt lacks {name}=={version[1]}"
+
+
+def test_an_external_postgres_is_a_setting_and_an_override_file(
+    compose_values: dict[str, str], tmp_path: Path
+) -> None:
+    env = {**compose_values, "DAGSTER_POSTGRES_HOST": "10.0.0.5"}
+    override = DEPLOY / "docker-compose.external-postgres.yml"
+    result = _compose(["config"], env, tmp_path, files=(COMPOSE_FILE, override))
+    assert result.returncode == 0, result.stderr
+    services = yaml.safe_load(result.stdout)["services"]
+    for service in (USER_CODE, *DAGSTER_SERVICES):
+        assert services[service]["environment"]["DAGSTER_POSTGRES_HOST"] == "10.0.0.5"
+    gate = services["postgres"]
+    assert gate["image"] == "nightly_assets_dagster"  # no database, a readiness check of the server
+    assert "psycopg2.connect" in " ".join(gate["healthcheck"]["test"])
+    assert gate["environment"]["DAGSTER_POSTGRES_HOST"] == "10.0.0.5"
+    missing = _compose(["config"], compose_values, tmp_path, files=(COMPOSE_FILE, override))
+    assert missing.returncode != 0 and "DAGSTER_POSTGRES_HOST" in missing.stderr
 
 
 # -- deploy/dagster.yaml --------------------------------------------------------------------------
@@ -464,6 +549,7 @@ def _read_from_volumes(client, image: str, volumes: list[str], path: str) -> byt
 
 
 @pytest.mark.docker
+@pytest.mark.xdist_group("compose")  # the deployment's fixed-name network and volumes on the engine
 def test_run_container_is_removed_and_its_logs_are_kept(
     docker_engine: DockerEngine, base_image: str, deploy_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
