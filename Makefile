@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 NIGHT ?= 2026-11-03
 
-.PHONY: setup check test test-fast demo ui bench clean
+.PHONY: setup check test test-deploy test-fast demo ui bench clean
 
 setup: ## create the virtualenv and install the project with its dev tools
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -25,10 +25,13 @@ check: ## lint, format, types, and the definitions as dg sees them
 TEST_WORKERS ?= 4
 
 test: ## the whole suite, in parallel (starts the peers it needs; prints the slowest tests)
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "not deploy_images"
+
+test-deploy: ## the deploy images built offline and run without a network (tens of minutes)
+	$(BIN)/python -m pytest -q -m deploy_images
 
 test-fast: ## everything but the full demo nights
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "not slow"
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "not slow and not deploy_images"
 
 demo: ## materialize one real demo night on this machine
 	$(BIN)/nightly run demo --night $(NIGHT)

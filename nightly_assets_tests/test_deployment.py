@@ -549,7 +549,6 @@ def _read_from_volumes(client, image: str, volumes: list[str], path: str) -> byt
 
 
 @pytest.mark.docker
-@pytest.mark.xdist_group("compose")  # the deployment's fixed-name network and volumes on the engine
 def test_run_container_is_removed_and_its_logs_are_kept(
     docker_engine: DockerEngine, base_image: str, deploy_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -96,9 +96,5 @@ def test_no_build_context_sends_a_documented_secrets_file(tmp_path):
     assert leaked_secrets(".", tmp_path) == []
 
 
-@pytest.mark.xfail(
-    reason="Dockerfile.dagster's context, deploy/, has no .dockerignore: a secrets file put beside the "
-    "deploy files would be sent (deploy/ belongs to the compose work; the docs do not put one there)"
-)
 def test_no_build_context_sends_a_secrets_file_put_beside_the_deploy_files(tmp_path):
     assert leaked_secrets("deploy", tmp_path) == []
