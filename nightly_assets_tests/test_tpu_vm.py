@@ -448,9 +448,18 @@ def test_a_second_interrupt_during_the_delete_waits_for_it(
 ) -> None:
     """Ctrl-C, then Ctrl-C again while the VM is being deleted: the delete finishes first."""
     tpu_api.delete_answer_delay_s = 1.5
+    # The second Ctrl-C once the delete call is in flight (a fixed delay after the first can land
+    # before the delete starts on a loaded machine); the fake answers it 1.5 s later.
+    interrupted = threading.Event()
+
+    def interrupt_once() -> None:
+        if not interrupted.is_set():
+            interrupted.set()
+            signal.raise_signal(signal.SIGINT)
+
+    tpu_api.on_delete = interrupt_once
 
     def cancel_then_interrupt_again() -> None:
-        threading.Timer(0.5, signal.raise_signal, args=(signal.SIGINT,)).start()  # during the delete
         raise KeyboardInterrupt
 
     with pytest.raises(BaseException) as raised:

@@ -92,6 +92,7 @@ class FakeTpuApi:
     rate_limited_creates: int = 0  # this many creates are answered 429 before one is accepted
     queue_delay_s: float = 0.0
     on_preempt: Callable[[str], None] | None = None
+    on_delete: Callable[[], None] | None = None  # called as a delete call arrives, before it answers
     requests: list[tuple[str, str]] = field(default_factory=list)
     created: list[dict[str, Any]] = field(default_factory=list)  # the body of every create accepted
     nodes: dict[str, FakeNode] = field(default_factory=dict)
@@ -128,6 +129,7 @@ class FakeTpuApi:
             self.rate_limited_creates = 0
             self.preempt_after_s = None
             self.on_preempt = None
+            self.on_delete = None
             self._write_authorized_keys()
 
     def add_node(self, zone: str, node_id: str, labels: dict[str, str], age_s: float = 0.0) -> str:
@@ -214,6 +216,8 @@ class FakeTpuApi:
             raise ApiError(404, "NOT_FOUND", f"no such path: {path}")
         parent = f"projects/{match['project']}/locations/{match['zone']}"
         kind, ident, verb = match["kind"], match["id"], match["verb"]
+        if method == "DELETE" and self.on_delete is not None:
+            self.on_delete()
         if method == "DELETE" and self.delete_answer_delay_s:
             time.sleep(self.delete_answer_delay_s)  # outside the lock: other calls go on meanwhile
         with self._lock:
