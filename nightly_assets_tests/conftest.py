@@ -21,6 +21,7 @@ pytest_plugins = [
     "nightly_assets_tests.peers.slurm",
     "nightly_assets_tests.tpu_harness",
     "nightly_assets_tests.catalog_nights",
+    "nightly_assets_tests.deploy_builds",
 ]
 
 

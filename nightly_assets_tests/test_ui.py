@@ -358,6 +358,7 @@ def _re_execute_from_failure(page: Any) -> None:
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
     confirm = page.get_by_role("dialog").get_by_role("button", name="Confirm")
+    missed = []
     for attempt in range(3):
         if attempt:  # a page that re-rendered under the click (seen on a loaded CI machine): afresh
             page.reload()
@@ -367,12 +368,17 @@ def _re_execute_from_failure(page: Any) -> None:
             page.locator("button:right-of(:text('Re-execute all (*)'))").first.click()
             page.get_by_role("menuitem", name="From failure").click()
             confirm.wait_for(timeout=10_000)
-        except PlaywrightTimeout:
+        except PlaywrightTimeout as error:
+            missed.append(str(error).splitlines()[0])
             page.keyboard.press("Escape")  # the menu, if it stayed open
             continue
         confirm.click()
         return
-    raise AssertionError("the re-execution dialog did not open after three tries")
+    buttons = page.get_by_role("button").all_inner_texts()
+    menu = page.get_by_role("menuitem").all_inner_texts()
+    raise AssertionError(
+        f"the re-execution dialog did not open after three tries: {missed}; buttons {buttons}; menu {menu}"
+    )
 
 
 def finished(instance: dg.DagsterInstance, runs: dg.RunsFilter, count: int) -> list[dg.DagsterRun] | None:
