@@ -330,7 +330,7 @@ def test_a_backfill_from_the_dialog_and_a_re_execution_from_failure_are_followed
     failed = next(r for r in runs if r.tags["dagster/partition"] == f"{FAILED_NIGHTS[0]}|cpu")
     alerts_before = len(ui.alerts())
     open_page(page, ui, f"/runs/{failed.run_id}")
-    _re_execute_from_failure(page)
+    _re_execute_from_failure(page, failed.run_id)
     page.wait_for_url(lambda url: failed.run_id not in url)  # the new run's page
     rerun = wait_for(
         "the re-execution to end",
@@ -351,28 +351,36 @@ def test_a_backfill_from_the_dialog_and_a_re_execution_from_failure_are_followed
     assert stages["sources"].run_id == failed.run_id  # from failure: the pinned checkout is reused
 
 
-def _re_execute_from_failure(page: Any) -> None:
-    """The run page's re-execute menu, "From failure", then "Confirm" in the dialog that says
-    "Re-execution within backfill: ... will not update the backfill status" (yes, that is the
-    point). A click on the menu while the page still settles can be lost: then it is opened again."""
+def _re_execute_from_failure(page: Any, run_id: str) -> None:
+    """The run page's re-execute menu, "From failure", then "Confirm" where the UI asks (the dialog
+    "Re-execution within backfill: ... will not update the backfill status"; seen only some of the
+    time, else the re-execution launches at once and the page moves to the new run). A click on
+    the menu while the page still settles can be lost: then the page is loaded again."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
     confirm = page.get_by_role("dialog").get_by_role("button", name="Confirm")
     missed = []
     for attempt in range(3):
-        if attempt:  # a page that re-rendered under the click (seen on a loaded CI machine): afresh
-            page.reload()
+        if attempt:
+            if run_id not in page.url:  # the previous try launched it after all
+                return
+            page.reload()  # a page that re-rendered under the click (seen on a loaded CI machine)
         try:
             # A finished night's run page can take a minute to render its logs on a loaded machine.
             page.get_by_role("button", name="Re-execute all (*)").wait_for(timeout=90_000)
             page.locator("button:right-of(:text('Re-execute all (*)'))").first.click()
             page.get_by_role("menuitem", name="From failure").click()
-            confirm.wait_for(timeout=10_000)
-        except PlaywrightTimeout as error:
+            outcome = wait_for(
+                "the confirmation dialog or the new run's page",
+                lambda: "confirm" if confirm.is_visible() else ("moved" if run_id not in page.url else None),
+                timeout_s=30,
+            )
+        except (PlaywrightTimeout, AssertionError) as error:
             missed.append(str(error).splitlines()[0])
             page.keyboard.press("Escape")  # the menu, if it stayed open
             continue
-        confirm.click()
+        if outcome == "confirm":
+            confirm.click()
         return
     buttons = page.get_by_role("button").all_inner_texts()
     menu = page.get_by_role("menuitem").all_inner_texts()
