@@ -17,15 +17,13 @@ import contextlib
 import datetime as dt
 import ipaddress
 import json
-import os
 import secrets
-import shutil
 import subprocess
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import docker  # type: ignore[import-untyped]
 import psycopg2
@@ -34,6 +32,7 @@ import pytest
 
 from nightly_assets.results import NightKey
 from nightly_assets.warehouse.store import Warehouse
+from nightly_assets_tests.compose_cli import COMPOSE_FILE, run_compose
 from nightly_assets_tests.peers.docker import DockerEngine
 from nightly_assets_tests.peers.http_api import FakeHttpServer
 from nightly_assets_tests.peers.relay import tcp_relay
@@ -52,18 +51,20 @@ SLACK_TOKEN = "xoxb-nightly-compose"
 # A /24 for the compose network that the test picks outside every route of this host.
 SUBNET_CANDIDATES = tuple(f"172.31.{n}.0/24" for n in range(240, 255))
 COMPOSE_TIMEOUT_S = 600
+T = TypeVar("T")
 
 
 @dataclass
 class Deployment:
     engine: DockerEngine
     env: dict[str, str]
+    workdir: Path
+    files: tuple[Path, ...]  # the repository's compose file, the override, the test's network
     graphql: str
     warehouse_url: str  # as this host reaches it
-    slack: FakeSlack
 
     def compose(self, *args: str, timeout: int = COMPOSE_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
-        return _compose(self.env, *args, timeout=timeout)
+        return run_compose(args, self.env, self.workdir, self.files, PROJECT, timeout)
 
     def query(self, text: str, variables: dict[str, Any] | None = None) -> dict[str, Any]:
         body = json.dumps({"query": text, "variables": variables or {}}).encode()
@@ -84,23 +85,12 @@ class Deployment:
         assert data["__typename"] == "Runs", data
         return [{**r, "tags": {t["key"]: t["value"] for t in r["tags"]}} for r in data["results"]]
 
-
-def _compose(
-    env: dict[str, str], *args: str, timeout: int = COMPOSE_TIMEOUT_S
-) -> subprocess.CompletedProcess[str]:
-    binary = shutil.which("docker-compose")
-    if binary is None:
-        pytest.fail("`docker-compose` is not installed: run `apt-get install docker-compose` (v1.29)")
-    files = ["-f", str(ROOT / "docker-compose.yml"), "-f", str(OVERRIDE), "-f", env["E2E_NETWORK_FILE"]]
-    return subprocess.run(
-        [binary, "--env-file", env["E2E_ENV_FILE"], "-p", PROJECT, *files, *args],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    def wait_for(self, what: str, probe: Callable[[], T | None], timeout_s: float, every_s: float) -> T:
+        """`waiting.wait_for`, its timeout followed by the services' logs."""
+        try:
+            return wait_for(what, probe, timeout_s, every_s)
+        except AssertionError as error:
+            raise AssertionError(f"{error}\n{_diagnose(self)}") from None
 
 
 def _free_subnet() -> ipaddress.IPv4Network:
@@ -132,6 +122,27 @@ def _databases() -> Iterator[tuple[str, str]]:
             cursor.execute(f"DROP DATABASE IF EXISTS `{name}`")
         pg.close()
         maria.close()
+
+
+def _remove_run_containers(engine: DockerEngine) -> None:
+    """The run containers DockerRunLauncher started on the compose network: compose does not know
+    them, so `down` neither stops them nor, while they hold an endpoint, removes the network."""
+    client = engine.client()
+    try:
+        for container in client.containers.list(all=True, filters={"label": "dagster/run_id"}):
+            if "nightly_network" in container.attrs["NetworkSettings"]["Networks"]:
+                with contextlib.suppress(docker.errors.NotFound):  # auto_remove may be quicker
+                    container.remove(force=True)
+    finally:
+        client.close()
+
+
+def _take_down(engine: DockerEngine, compose: Callable[..., subprocess.CompletedProcess[str]]) -> None:
+    """Everything the deployment started, its runs' containers, network and volumes included."""
+    compose("stop", "daemon")  # no run is launched past this point
+    _remove_run_containers(engine)
+    down = compose("down", "--volumes", "--remove-orphans", "--timeout", "20")
+    assert down.returncode == 0, f"docker-compose down failed:\n{down.stderr[-4000:]}"
 
 
 def _container_address(engine: DockerEngine, service: str) -> str:
@@ -176,7 +187,7 @@ def _failures(deployment: Deployment, run_id: str) -> list[str]:
     ]
 
 
-def _diagnose(deployment: Deployment, runs: list[dict[str, Any]] = ()) -> str:  # type: ignore[assignment]
+def _diagnose(deployment: Deployment, runs: Sequence[dict[str, Any]] = ()) -> str:
     logs = deployment.compose("logs", "--no-color", "--tail", "40", timeout=120)
     failures = [
         line for run in runs if run["status"] != "SUCCESS" for line in _failures(deployment, run["runId"])
@@ -206,20 +217,14 @@ def deployment(
         }
     }
     network_file.write_text(json.dumps({"version": "3.7", "networks": network}))  # JSON is YAML
-    env_file = workdir / "empty.env"  # an operator's .env beside the file must not leak in
-    env_file.write_text("")
-    slack = FakeSlack(token=SLACK_TOKEN)
-    slack_server = FakeHttpServer(slack.respond, "fake-slack")
-    slack_port = int(slack_server.url.rsplit(":", 1)[1])
     with _databases() as (instance_db, warehouse_db), contextlib.ExitStack() as stack:
-        base = {key: os.environ[key] for key in ("PATH", "HOME", "LANG") if key in os.environ}
+        slack_server = FakeHttpServer(FakeSlack(token=SLACK_TOKEN).respond, "fake-slack")
+        stack.callback(slack_server.stop)
+        slack_port = int(slack_server.url.rsplit(":", 1)[1])
         env = {
-            **base,
             **docker_engine.env(),
             "COMPOSE_HTTP_TIMEOUT": str(COMPOSE_TIMEOUT_S),  # container starts are slow on a busy engine
             "DOCKER_SOCKET": docker_engine.host.removeprefix("unix://"),
-            "E2E_NETWORK_FILE": str(network_file),
-            "E2E_ENV_FILE": str(env_file),
             "DAGSTER_POSTGRES_HOST": gateway,
             "DAGSTER_POSTGRES_USER": "postgres",
             "DAGSTER_POSTGRES_PASSWORD": secrets.token_hex(8),  # the peer trusts loopback; still required
@@ -231,27 +236,31 @@ def deployment(
             # Air-gapped, as deploy/README.md says: the runs install from the code image's wheelhouse.
             "NIGHTLY_WHEELHOUSE": "/opt/dagster/wheelhouse",
         }
-        deployment = Deployment(
-            docker_engine,
-            env,
-            "",
-            f"mysql+pymysql://root@127.0.0.1:3306/{warehouse_db}?charset=utf8mb4",
-            slack,
-        )
-        stack.callback(slack_server.stop)
-        stack.callback(lambda: deployment.compose("down", "--volumes", "--remove-orphans", "--timeout", "20"))
-        created = deployment.compose("up", "--no-build", "--no-start")
+        files = (COMPOSE_FILE, OVERRIDE, network_file)
+
+        def compose(*args: str) -> subprocess.CompletedProcess[str]:
+            return run_compose(args, env, workdir, files, PROJECT, COMPOSE_TIMEOUT_S)
+
+        _take_down(docker_engine, compose)  # what an interrupted run here left (its network: a stale gateway)
+        stack.callback(_take_down, docker_engine, compose)
+        created = compose("up", "--no-build", "--no-start")
         assert created.returncode == 0, f"docker-compose up --no-start failed:\n{created.stderr[-4000:]}"
         # The network exists now, and with it the gateway address the relays listen on.
         for port in (5432, 3306, slack_port):
             stack.enter_context(tcp_relay((gateway, port), ("127.0.0.1", port)))
-        up = deployment.compose("up", "--no-build", "--detach")
+        up = compose("up", "--no-build", "--detach")
         assert up.returncode == 0, f"docker-compose up failed:\n{up.stderr[-4000:]}"
-        deployment.graphql = f"http://{_container_address(docker_engine, 'webserver')}:3000/graphql"
-        try:
-            wait_for("the code location in the webserver", lambda: _location_loaded(deployment), 300, 2)
-        except AssertionError as error:
-            raise AssertionError(f"{error}\n{_diagnose(deployment)}") from None
+        deployment = Deployment(
+            docker_engine,
+            env,
+            workdir,
+            files,
+            f"http://{_container_address(docker_engine, 'webserver')}:3000/graphql",
+            f"mysql+pymysql://root@127.0.0.1:3306/{warehouse_db}?charset=utf8mb4",
+        )
+        deployment.wait_for(
+            "the code location in the webserver", lambda: _location_loaded(deployment), 300, 2
+        )
         init = deployment.compose("exec", "-T", "user_code", "nightly", "init", timeout=300)
         assert init.returncode == 0, init.stdout + init.stderr
         yield deployment
@@ -292,15 +301,9 @@ def test_a_night_launched_from_graphql_runs_in_a_container_and_lands_in_the_ware
     deployment: Deployment,
 ) -> None:
     backfill = _launch_night(deployment, NIGHT)
-    try:
-        runs = wait_for(
-            "the backfill's runs to end",
-            lambda: _ended(deployment.runs("dagster/backfill", backfill)),
-            timeout_s=600,
-            every_s=3,
-        )
-    except AssertionError as error:
-        raise AssertionError(f"{error}\n{_diagnose(deployment)}") from None
+    runs = deployment.wait_for(
+        "the backfill's runs to end", lambda: _ended(deployment.runs("dagster/backfill", backfill)), 600, 3
+    )
     assert {r["status"] for r in runs} == {"SUCCESS"}, _diagnose(deployment, runs)
     assert all(r["tags"].get("docker/container_id") for r in runs), "a run did not run in a container"
     row = wait_for("the night's final status in the warehouse", lambda: _night_row(deployment, NIGHT), 120, 2)
@@ -322,16 +325,14 @@ def test_a_killed_run_container_is_failed_and_retried(deployment: Deployment) ->
                             return run["runId"], container
             return None
 
-        killed_run, container = wait_for("a run container to start", running_container, 300, 1)
+        killed_run, container = deployment.wait_for("a run container to start", running_container, 300, 1)
         container.kill()  # the run worker dies (OOM, a crash) without reporting its run
-        retried = wait_for(
+        retried = deployment.wait_for(
             "run monitoring to fail the run and run_retries to re-run it to its end",
             lambda: _ended(deployment.runs("dagster/parent_run_id", killed_run)),
-            timeout_s=600,
-            every_s=3,
+            600,
+            3,
         )
-    except AssertionError as error:
-        raise AssertionError(f"{error}\n{_diagnose(deployment)}") from None
     finally:
         client.close()
     [first] = [r for r in deployment.runs("dagster/backfill", backfill) if r["runId"] == killed_run]

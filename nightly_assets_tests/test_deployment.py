@@ -41,11 +41,11 @@ from dagster_docker.docker_run_launcher import DOCKER_CONTAINER_ID_TAG
 from nightly_assets.catalog.loader import load_catalog
 from nightly_assets.resources import resources_for
 from nightly_assets.settings import env_var_names
+from nightly_assets_tests.compose_cli import COMPOSE_FILE, run_compose
 from nightly_assets_tests.peers.docker import DockerEngine
 from nightly_assets_tests.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
-COMPOSE_FILE = ROOT / "docker-compose.yml"
 DEPLOY = ROOT / "deploy"
 DEPLOY_YAML = DEPLOY / "dagster.yaml"
 LOCAL_YAML = ROOT / "dagster.yaml"
@@ -102,23 +102,7 @@ def _env_var_names(env_vars: list[str]) -> list[str]:
 def _compose(
     args: list[str], env: Mapping[str, str], tmp_path: Path, files: tuple[Path, ...] = (COMPOSE_FILE,)
 ) -> subprocess.CompletedProcess[str]:
-    binary = shutil.which("docker-compose")
-    if binary is None:
-        pytest.fail("`docker-compose` is not installed: run `apt-get install docker-compose` (v1.29)")
-    # An operator's .env next to the file must not leak in: point compose at an empty one.
-    empty_env_file = tmp_path / "empty.env"
-    empty_env_file.write_text("")
-    base = {key: os.environ[key] for key in ("PATH", "HOME", "LANG") if key in os.environ}
-    file_args = [arg for path in files for arg in ("-f", str(path))]
-    return subprocess.run(
-        [binary, "--env-file", str(empty_env_file), *file_args, *args],
-        env={**base, **env},
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return run_compose(args, env, tmp_path, files)
 
 
 @pytest.fixture(scope="module")
