@@ -21,7 +21,7 @@ check: ## lint, format, types, and the definitions as dg sees them
 	$(BIN)/dg check defs
 
 # 2 workers on the 2-core CI machine: serially the suite uses about one core (it waits on
-# processes, the daemon and peers), 11.5 min against 27.5 serial on the same machine. 4 workers
+# processes, the daemon and peers), 10.5 min against 27.5 serial on the same machine. 4 workers
 # oversubscribe it (39 min once). Tests sharing a one-owner peer stay on one worker.
 TEST_WORKERS ?= 2
 
