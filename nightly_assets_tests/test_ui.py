@@ -391,7 +391,7 @@ def _re_execute_from_failure(page: Any, run_id: str) -> None:
 
 def finished(instance: dg.DagsterInstance, runs: dg.RunsFilter, count: int) -> list[dg.DagsterRun] | None:
     """The runs matching `runs` once there are `count` of them and all have ended."""
-    found = instance.get_runs(runs)
+    found = list(instance.get_runs(runs))
     return found if len(found) == count and all(r.is_finished for r in found) else None
 
 
@@ -412,13 +412,12 @@ def _assert_followed_up(
     assert sorted(a["run_id"] for a in alerts) == sorted(run_ids), "one error alert per run"
     for alert in alerts:
         assert "tests.test_reduce::test_mean" in "\n".join(alert["lines"])
-    summaries = [
-        wait_for(
-            "the follow-up summary run",
-            lambda run=run: finished(instance, dg.RunsFilter(tags={"nightly/summary_of": run.run_id}), 1),
-        )[0]
-        for run in runs
-    ]
+
+    def summary_of(run: dg.DagsterRun) -> dg.DagsterRun:
+        tagged = dg.RunsFilter(tags={"nightly/summary_of": run.run_id})
+        return wait_for("the follow-up summary run", lambda: finished(instance, tagged, 1))[0]
+
+    summaries = [summary_of(run) for run in runs]
     assert {r.status for r in summaries} == {dg.DagsterRunStatus.SUCCESS}
     for run in runs:
         night, target = run.tags["dagster/partition"].split("|")

@@ -141,6 +141,8 @@ class FakeKubernetesApi:
             )
         namespace, name = match["ns"], match["name"]
         if request.method == "POST" and name is None:
+            if not isinstance(body, dict):
+                return _status(400, "BadRequest", "expected a Pod object as the request body")
             return self._create(namespace, body)
         if request.method == "GET" and name is None:
             selector = query.get("fieldSelector", [""])[0]
