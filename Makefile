@@ -17,7 +17,7 @@ setup: ## create the virtualenv and install the project with its dev tools
 check: ## lint, format, types, and the definitions as dg sees them
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy nightly_assets benchmarks
+	$(BIN)/mypy nightly_assets benchmarks nightly_assets_tests
 	$(BIN)/dg check defs
 
 # 2 workers on the 2-core CI machine: serially the suite uses about one core (it waits on

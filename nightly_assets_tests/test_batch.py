@@ -64,9 +64,11 @@ def batch(tmp_path: Path) -> Iterator[BatchSchedulerResource]:
 
 
 def _final(batch: BatchSchedulerResource, job_id: str, timeout_s: float = 15) -> JobStatus:
-    return wait_for(
-        f"job {job_id} to end", lambda: (s := batch.status(job_id)).finished and s, timeout_s, 0.05
-    )
+    def ended() -> JobStatus | None:
+        status = batch.status(job_id)
+        return status if status.finished else None
+
+    return wait_for(f"job {job_id} to end", ended, timeout_s, 0.05)
 
 
 def _running(pid: int) -> bool:
@@ -86,9 +88,10 @@ def _gone(pid: int, timeout_s: float = 5) -> bool:
 
 
 def _wait_for_file(path: Path, timeout_s: float = 10) -> str:
-    return wait_for(
-        f"{path} to be written", lambda: path.is_file() and path.read_text().strip(), timeout_s, 0.05
-    )
+    def written() -> str | None:
+        return path.read_text().strip() if path.is_file() else None
+
+    return wait_for(f"{path} to be written", written, timeout_s, 0.05)
 
 
 # --- local scheduler -------------------------------------------------------------------------

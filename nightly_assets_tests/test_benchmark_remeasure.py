@@ -97,7 +97,7 @@ class Stages:
         self.store.record_night(tonight, run_id="tonight", status="running", pins={"app": "c" * 40})
         self.artefacts.write_manifest(tonight, "environment", {"mode": "venv", "python": sys.executable})
         (self.folder / "queue.json").write_text(json.dumps(queue))
-        materializations = []
+        materializations: list[dg.AssetMaterialization] = []
         for asset in self.assets:
             result = dg.materialize(
                 [asset],

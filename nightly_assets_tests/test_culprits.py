@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 from pathlib import Path
+from typing import cast
 
 import dagster as dg
 import pytest
@@ -164,7 +165,8 @@ def test_a_new_failure_is_bisected_to_the_commit_that_broke_it(
             ) as ctx,
             freeze_time(dt.datetime(2026, 11, 5, 9, tzinfo=dt.UTC)),
         ):
-            [request] = sensor(ctx)
+            # This sensor returns a list of run requests; SensorDefinition's call is typed for any sensor.
+            [request] = cast(list[dg.RunRequest], sensor(ctx))
         assert request.partition_key == "2026-11-04|cpu" and request.run_key == "culprits-2026-11-04|cpu"
         # What the sensor's run does, from the command line.
         monkeypatch.setenv("NIGHTLY_CATALOG_DIR", str(catalog_nights.catalog))

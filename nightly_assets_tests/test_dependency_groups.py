@@ -42,7 +42,7 @@ def test_a_cycle_of_includes_is_an_error_naming_it() -> None:
 
 
 def test_an_unknown_included_group_is_an_error_naming_it() -> None:
-    table = {"test": ["pytest", {"include-group": "typo"}]}
+    table: dict[str, object] = {"test": ["pytest", {"include-group": "typo"}]}
     with pytest.raises(DependencyGroupError, match=r"^here: Dependency group 'typo' not found$"):
         resolve_groups(table, ["test"], "here")
 
@@ -201,5 +201,6 @@ def test_a_group_the_pinned_pyproject_lacks_fails_the_environment(
     assert not outcome.succeeded
     detail = stages["environment"].detail
     assert stages["environment"].status == "failure"
+    assert detail is not None
     assert "grouped/environment: dependency group(s) 'lint' not in [dependency-groups] of " in detail
     assert f"pyproject.toml at commit {sha[:12]} (its groups: Test, time)" in detail

@@ -4,6 +4,7 @@ resolution failure names the package and the sources; index credentials are neve
 
 import shutil
 from pathlib import Path
+from typing import TypedDict, Unpack
 
 import pytest
 
@@ -24,7 +25,16 @@ def wheelhouse() -> Path:
     return REPO_WHEELHOUSE
 
 
-def _builder(tmp_path: Path, **settings: str) -> PythonBuildResource:
+class _Settings(TypedDict, total=False):
+    """The PythonBuildResource settings these tests set."""
+
+    wheelhouse: str
+    index_url: str
+    fallback_index_url: str
+    installer: str
+
+
+def _builder(tmp_path: Path, **settings: Unpack[_Settings]) -> PythonBuildResource:
     return PythonBuildResource(
         toolchain_dir=str(tmp_path / "toolchain"), uv_cache_dir=str(tmp_path / "uv-cache"), **settings
     )

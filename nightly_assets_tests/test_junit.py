@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import cast
 
 import dagster as dg
 import pytest
@@ -115,6 +116,15 @@ def _write(path: Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(textwrap.dedent(text).lstrip())
     return path
+
+
+# report_metadata types its values as object; these two are the Markdown and the table it builds.
+def _markdown(metadata: dict[str, object]) -> dg.MarkdownMetadataValue:
+    return cast(dg.MarkdownMetadataValue, metadata["failures"])
+
+
+def _table(metadata: dict[str, object]) -> dg.TableMetadataValue:
+    return cast(dg.TableMetadataValue, metadata["failed_tests"])
 
 
 # --- real pytest JUnit output ---------------------------------------------------------------
@@ -236,7 +246,7 @@ def test_report_metadata_of_a_real_run(junit_file: Path) -> None:
     assert table[0] == "| test | outcome | message |"
     assert len(table) == 2 + 3  # header, separator, 2 failed + 1 error
     assert any("test_sample::test_query | error |" in row for row in table)
-    records = metadata["failed_tests"].value.records  # type: ignore[union-attr]
+    records = _table(metadata).value.records
     assert [r.data["outcome"] for r in records].count("error") == 1 and len(records) == 3
     assert all(isinstance(v, (int, float, str, dg.MetadataValue)) for v in metadata.values())
 
@@ -317,7 +327,7 @@ def test_failures_md_escapes_cuts_and_caps_rows() -> None:
 
     metadata = report_metadata(report)
 
-    rows = metadata["failures"].value.splitlines()  # type: ignore[union-attr]
+    rows = _markdown(metadata).value.splitlines()
     assert rows[2].startswith("| mod::test_0 | failed | line one \\| pipe line two yyy")
     message_cell = rows[2].split(" | ", 2)[2].removesuffix(" |")
     assert len(message_cell.replace("\\|", "|")) == 200
@@ -332,8 +342,8 @@ def test_report_metadata_when_nothing_ran() -> None:
     metadata = report_metadata(report)
 
     assert metadata["pass_rate"] == 1.0
-    assert metadata["failures"].value == "none"  # type: ignore[union-attr]
-    assert metadata["failed_tests"].value.records == []  # type: ignore[union-attr]
+    assert _markdown(metadata).value == "none"
+    assert _table(metadata).value.records == []
 
 
 # --- pytest --collect-only ------------------------------------------------------------------

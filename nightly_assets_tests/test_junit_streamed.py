@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -73,8 +74,10 @@ def test_a_streamed_report_has_the_cases_counts_and_duration_of_a_held_one(
     assert streamed.cases[-1] == held.cases[-1]
     assert streamed.cases[1:5:2] == held.cases[1:5:2]
     assert streamed.cases[::-1] == held.cases[::-1]
+    # As a Sequence (it is StreamedCases): mypy narrowed the tuple field to 6 items by the len assert.
+    cases: Sequence[TestCase] = streamed.cases
     with pytest.raises(IndexError):
-        streamed.cases[6]
+        cases[6]
 
 
 def test_streamed_files_keep_a_bad_files_error_case_and_the_bazel_labels(

@@ -14,7 +14,7 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +50,7 @@ def pg_password(monkeypatch: pytest.MonkeyPatch) -> str:
     return "from-the-secret"
 
 
-def _load_instance_config(instance: dict[str, Any], home: Path) -> dict[str, Any]:
+def _load_instance_config(instance: dict[str, Any], home: Path) -> Mapping[str, Any]:
     home.mkdir(parents=True, exist_ok=True)
     (home / "dagster.yaml").write_text(yaml.safe_dump(instance, sort_keys=False))
     config, _ = dagster_instance_config(str(home), config_filename="dagster.yaml")

@@ -11,7 +11,7 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import dagster as dg
 import pytest
@@ -95,7 +95,7 @@ class Nights:
 
     def run(
         self, day: int, devices: DeviceFacts | None, step_ms: float, reserved_mib: float
-    ) -> tuple[dict[str, Any], StageRow, dg.MaterializeResult | Any]:
+    ) -> tuple[dict[str, Any], StageRow, dg.AssetMaterialization]:
         """Tonight: the benchmarks stage's manifest and rows, then the perf_baseline asset. Returns
         its manifest, its stage row and its materialization."""
         key = self._benchmarked(day, devices, step_ms, reserved_mib)
@@ -190,7 +190,8 @@ def test_a_step_at_a_configuration_change_is_a_new_baseline_not_a_regression(
     assert manifest["devices"] == {"config_key": after.key(), "describe": after.describe()}
     assert stage.detail == f"new baseline for {RESERVED}, {STEP} ({change})"
     metadata = materialization.metadata
-    assert f"| {STEP} | 13 | n/a | 0 | n/a | new baseline: {change} |" in metadata["comparison"].value
+    comparison = cast(dg.MarkdownMetadataValue, metadata["comparison"])  # the asset's Markdown table
+    assert f"| {STEP} | 13 | n/a | 0 | n/a | new baseline: {change} |" in comparison.value
     assert (metadata["devices"].value, metadata["config_key"].value) == (after.describe(), after.key())
     [check] = nights.store.checks(nights.key(11))
     assert check.passed and check.description == "2 benchmark(s): 2 new baseline"

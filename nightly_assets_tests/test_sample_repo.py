@@ -149,8 +149,9 @@ def _pytest_counts(python: Path, worktree: Path, marker: str, env: dict[str, str
     cmd = [str(python), "-m", "pytest", str(worktree / "tests"), *args]
     proc = subprocess.run(cmd, cwd=out.parent, env=env, capture_output=True, text=True, check=False)
     assert out.exists(), f"pytest -m {marker!r} wrote no report:\n{proc.stdout}\n{proc.stderr}"
-    suite = ElementTree.parse(out).getroot()
-    suite = suite if suite.tag == "testsuite" else suite[0]
+    root = ElementTree.parse(out).getroot()
+    assert root is not None  # a file pytest wrote parses to a root element
+    suite = root if root.tag == "testsuite" else root[0]
     return int(suite.get("tests", 0)), int(suite.get("failures", 0)) + int(suite.get("errors", 0))
 
 

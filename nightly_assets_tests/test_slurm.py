@@ -10,6 +10,7 @@ import textwrap
 import threading
 import time
 from pathlib import Path
+from typing import TypedDict, Unpack
 
 import pytest
 
@@ -27,8 +28,23 @@ SECRETS = {
 }
 
 
-def _resource(cluster: SlurmCluster, spool: Path, **overrides: str) -> BatchSchedulerResource:
-    settings = {"queue": "debug", "poll_interval_s": "0.2", "slurm_conf": str(cluster.conf), **overrides}
+class _Settings(TypedDict, total=False):
+    """The BatchSchedulerResource settings these tests set."""
+
+    queue: str
+    poll_interval_s: str
+    slurm_conf: str
+    unreachable_grace_s: str
+    never_starts_grace_s: str
+
+
+def _resource(cluster: SlurmCluster, spool: Path, **overrides: Unpack[_Settings]) -> BatchSchedulerResource:
+    settings: _Settings = {
+        "queue": "debug",
+        "poll_interval_s": "0.2",
+        "slurm_conf": str(cluster.conf),
+        **overrides,
+    }
     return BatchSchedulerResource(kind="slurm", spool_dir=str(spool), **settings)
 
 

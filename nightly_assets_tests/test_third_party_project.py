@@ -61,7 +61,15 @@ def _direct_pytest(tmp_path: Path, source: Path, wheelhouse: Path, *args: str) -
     venv = tmp_path / "direct-venv"
     if not venv.exists():
         subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
-        install = [sys.executable, "-m", "pip", "--python", venv / "bin/python", "install", "-q"]
+        install: list[str | Path] = [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            venv / "bin/python",
+            "install",
+            "-q",
+        ]
         subprocess.run(
             [
                 *install,
@@ -178,6 +186,7 @@ def test_a_failing_build_names_its_cause(
     _, stages, outcome = catalog_nights.run(_pipeline(repo), "2026-11-03")
     assert not outcome.succeeded
     detail = stages["wheels"].detail
+    assert detail is not None
     first_line = detail.splitlines()[0]
     assert "building itsdangerous (wheel) failed" in first_line
     assert f"the wheelhouse {wheelhouse} only" in first_line

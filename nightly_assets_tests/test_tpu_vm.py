@@ -116,7 +116,7 @@ def pytest_suite(suite_file: Path, sleep_s: float = 0.0, timeout_s: float = 120.
     )
 
 
-def when_started(action: Callable[[], None]) -> Callable[[str], None]:
+def when_started(action: Callable[[], object]) -> Callable[[str], None]:
     """An on_output callback that does `action` once, when the suite says it started."""
     output: list[str] = []
     done = False

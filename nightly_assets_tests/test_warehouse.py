@@ -542,7 +542,9 @@ def test_an_existing_warehouse_gets_the_test_key_and_its_indexes(warehouse_url: 
         store = Warehouse(warehouse_url)
         with engine.connect() as connection:
             indexes = {i["name"] for i in inspect(connection).get_indexes("test_cases")}
-            keys = dict(connection.execute(text("SELECT name, test_key FROM test_cases")).all())
+            keys: dict[str, str] = dict(
+                connection.execute(text("SELECT name, test_key FROM test_cases")).all()
+            )
         assert {"ix_test_cases_key", "ix_test_cases_test", "ix_test_cases_outcome"} <= indexes
         assert keys == {"test_ü[🐍]": node_key("tests.тест::test_ü[🐍]"), "bare": node_key("bare")}
         assert [r.test_id for r in store.newly_failing(KEY)] == ["tests.тест::test_ü[🐍]"]

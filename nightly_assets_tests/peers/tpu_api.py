@@ -91,7 +91,7 @@ class FakeTpuApi:
     delete_answer_delay_s: float = 0.0  # a delete call takes this long to answer (a slow API)
     rate_limited_creates: int = 0  # this many creates are answered 429 before one is accepted
     queue_delay_s: float = 0.0
-    on_preempt: Callable[[str], None] | None = None
+    on_preempt: Callable[[str], object] | None = None  # what it returns is ignored
     on_delete: Callable[[], None] | None = None  # called as a delete call arrives, before it answers
     requests: list[tuple[str, str]] = field(default_factory=list)
     created: list[dict[str, Any]] = field(default_factory=list)  # the body of every create accepted
