@@ -34,7 +34,7 @@ from nightly_assets.builds.suite_dependencies import SuiteDependencies
 from nightly_assets.catalog.loader import BUILTIN_CATALOG_DIR, DEFS_FILE
 from nightly_assets.resources import REPO_WHEELHOUSE
 from nightly_assets_tests.catalog_files import as_defs_yaml
-from nightly_assets_tests.third_party_pipeline import pipeline_text, third_party_pipeline
+from nightly_assets_tests.third_party_pipeline import developer_venv, pipeline_text, third_party_pipeline
 
 PROJECT = Path(__file__).resolve().parents[1] / "nightly_assets_tests/data/projects/itsdangerous"
 REPEATS = 3
@@ -105,25 +105,9 @@ def _direct(root: Path, upstream: Path, turn: int) -> float:
     start = time.perf_counter()
     checkout = root / f"direct-{turn}-checkout"
     subprocess.run(["git", "clone", "--quiet", "--", upstream, checkout], check=True)
-    venv = root / f"direct-{turn}"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
-    pip: list[str | Path] = [
-        sys.executable,
-        "-m",
-        "pip",
-        "--python",
-        venv / "bin/python",
-        "install",
-        "-q",
-        "--no-index",
-    ]
+    python = developer_venv(root / f"direct-{turn}", checkout, REPO_WHEELHOUSE)
     subprocess.run(
-        [*pip, "--find-links", REPO_WHEELHOUSE, "-r", checkout / "requirements/tests.txt", checkout],
-        check=True,
-        env={"PATH": os.environ["PATH"], "HOME": str(root), "PIP_CONFIG_FILE": os.devnull},
-    )
-    subprocess.run(
-        [venv / "bin/python", "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+        [python, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
         cwd=checkout,
         check=True,
         capture_output=True,

@@ -9,7 +9,6 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from nightly_assets_tests.peers.pypiserver import start_pypiserver
 from nightly_assets_tests.third_party_pipeline import (
     LOCAL_SUITE,
     WHOLE_SUITE,
+    developer_venv,
     pipeline_text,
     third_party_pipeline,
 )
@@ -60,29 +60,7 @@ def _direct_pytest(tmp_path: Path, source: Path, wheelhouse: Path, *args: str) -
     """What a developer runs: a venv with the project and its test requirements, then pytest."""
     venv = tmp_path / "direct-venv"
     if not venv.exists():
-        subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
-        install: list[str | Path] = [
-            sys.executable,
-            "-m",
-            "pip",
-            "--python",
-            venv / "bin/python",
-            "install",
-            "-q",
-        ]
-        subprocess.run(
-            [
-                *install,
-                "--no-index",
-                "--find-links",
-                wheelhouse,
-                "-r",
-                source / "requirements/tests.txt",
-                source,
-            ],
-            check=True,
-            env={"PATH": "/usr/bin:/bin", "PIP_CONFIG_FILE": "/dev/null"},
-        )
+        developer_venv(venv, source, wheelhouse)
     done = subprocess.run(
         [venv / "bin/python", "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
         cwd=source,

@@ -1,10 +1,14 @@
 """The catalog pipeline of a third-party project's night, as the README's worked example writes it:
 its checkout, its wheel by its own build backend, an environment with its test dependencies, the
 suites, a summary. One builder for the tests of such nights and the benchmark that times one
-(benchmarks/third_party_night.py), so they run the same pipeline."""
+(benchmarks/third_party_night.py), so they run the same pipeline; and the environment a developer
+makes by hand for the same project, which both compare the night with."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -64,3 +68,18 @@ def third_party_pipeline(
 def pipeline_text(document: Mapping[str, Any]) -> str:
     """The pipeline's document as YAML (what a catalog author writes under `attributes:`)."""
     return yaml.safe_dump(dict(document), sort_keys=False)
+
+
+def developer_venv(venv: Path, source: Path, wheelhouse: Path) -> Path:
+    """What a developer makes by hand: `python -m venv`, then pip installs the project at `source`
+    (pip builds its wheel in an isolated environment) with its `requirements/tests.txt`, offline from
+    `wheelhouse`, with no pip config of this machine. Returns the venv's python."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
+    python = venv / "bin/python"
+    pip: list[str | Path] = [sys.executable, "-m", "pip", "--python", python, "install", "-q", "--no-index"]
+    subprocess.run(
+        [*pip, "--find-links", wheelhouse, "-r", source / "requirements/tests.txt", source],
+        check=True,
+        env={"PATH": os.environ["PATH"], "HOME": str(venv.parent), "PIP_CONFIG_FILE": os.devnull},
+    )
+    return python
