@@ -97,12 +97,13 @@ def run(catalog: Catalog, name: str, night_text: str, target: str | None) -> int
     pipeline = pipeline_named(catalog, name)
     night = night_to_run(pipeline, night_text)
     targets = targets_to_run(pipeline, target)
-    from nightly_assets.night import run_night
+    from nightly_assets.night import NightNotFinished, run_night
     from nightly_assets.pipelines import nightly_job_name
     from nightly_assets.reporting.summary import night_summary
     from nightly_assets.resources import resources_for
     from nightly_assets.results import NightKey
     from nightly_assets.settings import nightly_env, nightly_home
+    from nightly_assets.unfinished_nights import end_and_say, note_unfinished
 
     definitions = resources_for(nightly_env(), nightly_home())
     defs = pipeline_definitions(catalog, pipeline, definitions)
@@ -111,11 +112,21 @@ def run(catalog: Catalog, name: str, night_text: str, target: str | None) -> int
     worst = 0
     with _resources(inst, definitions) as resources:
         store = resources.warehouse.store()
+        end_and_say(store, nightly_home())
         night_begins()
         for t in targets:
             key = NightKey(name, night, t)
             print(f"== {key}: materializing {nightly_job_name(name)} (instance {os.environ['DAGSTER_HOME']})")
-            outcome = run_night(defs, inst, catalog, key, definitions, progress=_say)
+            try:
+                outcome = run_night(defs, inst, catalog, key, definitions, progress=_say)
+            except NightNotFinished as exc:
+                note = note_unfinished(nightly_home(), exc.key, exc.run_id, exc.cause)
+                print(
+                    f"nightly: {key} could not be ended ({note}): the next nightly command that reaches "
+                    "the warehouse ends it as failed",
+                    file=sys.stderr,
+                )
+                raise
             for index, alert in enumerate(outcome.alerts):
                 print(f"!! alert ({alert.severity}): {alert.title}")
                 for line in alert.lines:
@@ -152,6 +163,7 @@ def culprits(catalog: Catalog, name: str, night_text: str, target: str | None) -
     from nightly_assets.resources import resources_for
     from nightly_assets.results import NightKey
     from nightly_assets.settings import nightly_env, nightly_home
+    from nightly_assets.unfinished_nights import end_and_say
 
     definitions = resources_for(nightly_env(), nightly_home())
     defs = pipeline_definitions(catalog, pipeline, definitions)
@@ -160,6 +172,7 @@ def culprits(catalog: Catalog, name: str, night_text: str, target: str | None) -
     worst = 0
     with _resources(inst, definitions) as resources:
         store = resources.warehouse.store()
+        end_and_say(store, nightly_home())
         night_begins()
         for t in targets:
             key = NightKey(name, night, t)
@@ -167,7 +180,7 @@ def culprits(catalog: Catalog, name: str, night_text: str, target: str | None) -
             succeeded, run = execute_partition(defs, inst, culprit_job_name(name), key, _say)
             done = follow_up_run(inst, run, catalog, resources.notifier, store)
             if done is not None:
-                record_sent(inst, catalog, done.alerts, resources.notifier, done.unsent)
+                record_sent(inst, catalog, done.alerts, resources.notifier, done.unsent, store)
             for alert in done.alerts if done else []:
                 print(f"!! alert ({alert.severity}): {alert.title}")
             for found in store.culprits(key):

@@ -28,6 +28,7 @@ def query_warehouse() -> Iterator[Any]:
     and their SDKs are not loaded, and a lost connection is retried for STATUS_RETRY_S only. The URL
     is chosen as `resources_for` chooses it."""
     from nightly_assets.settings import WAREHOUSE_URL_VAR, local_warehouse_url, nightly_env, nightly_home
+    from nightly_assets.unfinished_nights import end_and_say
     from nightly_assets.warehouse.store import Warehouse
 
     url = os.environ.get(WAREHOUSE_URL_VAR)
@@ -35,6 +36,7 @@ def query_warehouse() -> Iterator[Any]:
         raise SettingsError(f"warehouse (prod): {unset_message([WAREHOUSE_URL_VAR])}")
     store = Warehouse(url or local_warehouse_url(nightly_home()), retry_s=STATUS_RETRY_S)
     try:
+        end_and_say(store, nightly_home())
         yield store
     finally:
         store.dispose()
@@ -70,6 +72,8 @@ def status(catalog: Catalog | CatalogOutline, only: str | None, as_json: bool) -
             print(
                 f"  {r['night']:<10}  {r['target']:<14}  {r['status']:<9}  {f'{passed}/{ran}':<16}  {marks}"
             )
+            if r["detail"]:
+                print(f"  {'':<10}  {'':<14}  ! {' '.join(r['detail'].split())}"[:220])
             for check in r["failed_checks"]:
                 why = " ".join(check["description"].split())  # the count and the first failing tests
                 name = f"{check['stage']}:{check['check']} ({check['severity']})"
@@ -106,6 +110,7 @@ def status_rows(store: Any, pipelines: list[Pipeline | PipelineOutline]) -> list
             "target": o.night.target,
             "status": o.night.status,
             "run_id": o.night.run_id,
+            "detail": o.night.detail,
             "pins": o.night.pins,
             "stages": {s.name: o.stages.get(s.name, "skipped") for s in stages_of[o.night.pipeline]},
             "tests": o.suites,

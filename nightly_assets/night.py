@@ -12,7 +12,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
@@ -33,6 +33,10 @@ from nightly_assets.reporting.night_runs import stage_error, was_interrupted
 from nightly_assets.reporting.resources import Alert
 from nightly_assets.reporting.sensors import summary_job_name
 from nightly_assets.results import NightKey
+from nightly_assets.warehouse.access import WarehouseError
+
+if TYPE_CHECKING:
+    from nightly_assets.warehouse.store import Warehouse
 
 PROGRESS_EVENTS = {
     dg.DagsterEventType.STEP_START,
@@ -43,6 +47,15 @@ PROGRESS_EVENTS = {
 }
 # Progress lines report failures; Dagster's console log would repeat them with stack traces.
 QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
+
+
+class NightNotFinished(WarehouseError):
+    """The night's run ended but the warehouse could not be reached to end the night: it reads
+    `running` there until `unfinished_nights.end_unfinished` (or the daemon) ends it."""
+
+    def __init__(self, key: NightKey, run_id: str, cause: str) -> None:
+        super().__init__(f"{key}: run {run_id} ended but the night could not be ended: {cause}")
+        self.key, self.run_id, self.cause = key, run_id, cause
 
 
 @dataclass(frozen=True)
@@ -76,34 +89,52 @@ def run_night(
             if runs is not None and progress:
                 progress(f"{end_abandoned(store, earlier, runs)}; this run replaces it")
         succeeded, run = execute_partition(defs, instance, nightly_job_name(key.pipeline), key, progress)
-        cancelled = run.status == dg.DagsterRunStatus.CANCELED
-        done = follow_up_run(instance, run, catalog, resolved.notifier, store)
-        if done is not None:  # the UI shows what was sent, as under the daemon's sensors
-            record_sent(instance, catalog, done.alerts, resolved.notifier, done.unsent)
-        summary_run = None
-        alerts, unsent = (done.alerts, dict(done.unsent)) if done else ([], {})
-        summaries, selections = (done.summaries, done.selections) if done else ([], {})
-        for night in summaries:
-            if progress and summary_stage(catalog, night.key.pipeline) in night.materialized:
-                progress("the stages after the summary ended; writing it again in a follow-up run")
-            elif progress:
-                why = "was cancelled" if cancelled else "ended before its summary"
-                progress(f"the night {why}; writing its summary in a follow-up run")
-            _, summary_run = execute_partition(
-                defs,
-                instance,
-                summary_job_name(night.key.pipeline),
-                night.key,
-                progress,
-                tags={SUMMARY_OF_TAG: run.run_id},
-                assets=selections.get(night.key),
-            )
-            # Its checks (the test health judged there) alert as the daemon's sensor would.
-            summarized = follow_up_run(instance, summary_run, catalog, resolved.notifier, store)
-            if summarized is not None:
-                record_sent(instance, catalog, summarized.alerts, resolved.notifier, summarized.unsent)
-                unsent |= {len(alerts) + i: why for i, why in summarized.unsent.items()}
-                alerts = [*alerts, *summarized.alerts]
+        try:
+            return _followed_up(defs, instance, catalog, key, run, succeeded, resolved, store, progress)
+        except WarehouseError as exc:
+            raise NightNotFinished(key, run.run_id, str(exc)) from exc
+
+
+def _followed_up(
+    defs: dg.Definitions,
+    instance: dg.DagsterInstance,
+    catalog: Catalog,
+    key: NightKey,
+    run: dg.DagsterRun,
+    succeeded: bool,
+    resolved: Any,
+    store: Warehouse,
+    progress: Callable[[str], None] | None,
+) -> NightOutcome:
+    """What follows the night's run: alerts, the summary run where it is due, the outcome."""
+    cancelled = run.status == dg.DagsterRunStatus.CANCELED
+    done = follow_up_run(instance, run, catalog, resolved.notifier, store)
+    if done is not None:  # the UI shows what was sent, as under the daemon's sensors
+        record_sent(instance, catalog, done.alerts, resolved.notifier, done.unsent, store)
+    summary_run = None
+    alerts, unsent = (done.alerts, dict(done.unsent)) if done else ([], {})
+    summaries, selections = (done.summaries, done.selections) if done else ([], {})
+    for night in summaries:
+        if progress and summary_stage(catalog, night.key.pipeline) in night.materialized:
+            progress("the stages after the summary ended; writing it again in a follow-up run")
+        elif progress:
+            why = "was cancelled" if cancelled else "ended before its summary"
+            progress(f"the night {why}; writing its summary in a follow-up run")
+        _, summary_run = execute_partition(
+            defs,
+            instance,
+            summary_job_name(night.key.pipeline),
+            night.key,
+            progress,
+            tags={SUMMARY_OF_TAG: run.run_id},
+            assets=selections.get(night.key),
+        )
+        # Its checks (the test health judged there) alert as the daemon's sensor would.
+        summarized = follow_up_run(instance, summary_run, catalog, resolved.notifier, store)
+        if summarized is not None:
+            record_sent(instance, catalog, summarized.alerts, resolved.notifier, summarized.unsent, store)
+            unsent |= {len(alerts) + i: why for i, why in summarized.unsent.items()}
+            alerts = [*alerts, *summarized.alerts]
     run = instance.get_run_by_id(run.run_id) or run
     return NightOutcome(key, run, succeeded, summary_run, alerts, cancelled, unsent)
 

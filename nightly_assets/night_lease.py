@@ -33,6 +33,8 @@ FINISHED_STATUSES = frozenset(
 # "host:pid:run_id" of a `nightly run` executing the run in its own process. The run id is part of
 # it because a re-execution (launched from the UI, run by the daemon) inherits its parent's tags.
 PROCESS_TAG = "nightly/process"
+# The run a follow-up run (the night's summary) is written for.
+SUMMARY_OF_TAG = "nightly/summary_of"
 POLL_S = 5.0
 UNKNOWN_RUN_GRACE_S = 12 * 3600  # longer than any one stage runs
 POOLED_RETRY_S = 30  # a step holding a pool slot gives it back and retries after this long

@@ -20,7 +20,7 @@ from nightly_assets.catalog.runner import Runner
 from nightly_assets.catalog.suite import Suite
 from nightly_assets.devices.facts import DeviceFacts
 from nightly_assets.manifests import PinnedRepo, SourcesManifest
-from nightly_assets.night_lease import hold_night
+from nightly_assets.night_lease import SUMMARY_OF_TAG, hold_night
 from nightly_assets.partitions import night_key
 from nightly_assets.results import CheckOutcome, NightKey
 from nightly_assets.warehouse.resources import WarehouseResource
@@ -187,7 +187,7 @@ class StageRun:
     detail: str | None = None
     status: str = "success"  # a stage that ran but found failures (tests) records "failure"
     # Set when the stage ran to its end but the night failed here (failing tests, lint findings):
-    # its results are recorded and materialized, then its step fails, so the run fails here.
+    # its results are recorded, then its step fails (not materialized), so the run fails here.
     failure: str | None = None
     checks: list[dg.AssetCheckResult] = field(default_factory=list)
     published: list[Path] = field(default_factory=list)  # files to link besides the folder's reports
@@ -209,9 +209,9 @@ class StageRun:
 
 def refuse_release_after_failure(spec: StageSpec, warehouse: WarehouseResource, key: NightKey) -> None:
     """A release stage publishes only a night whose upstream stages all succeeded. Within a run,
-    blocking checks and failed steps stop it; but a failed stage is materialized (its partition
-    shows its evidence), so a backfill of missing partitions may select the release alone for a
-    night whose suites failed: the warehouse's stage rows of the night decide then."""
+    blocking checks and failed steps stop it; but a run may select the release alone (from its
+    asset's page, or a backfill of its missing partitions) for a night whose suites failed while
+    an earlier run materialized them: the warehouse's stage rows of the night decide then."""
     upstream = set(spec.upstream())
     bad = [
         f"{r.stage} ({r.status})"
@@ -234,20 +234,22 @@ def recorded_devices(run: StageRun) -> DeviceFacts | None:
 def stage_events(
     run: StageRun, metadata: Mapping[str, object]
 ) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
-    """The asset's events: its materialization with its checks and, when the night failed at this
-    stage, then a failed step carrying the same metadata.
+    """The asset's events: its materialization with its checks or, when the night failed at this
+    stage, its checks and then a failed step carrying the metadata, with no materialization.
 
-    A failed stage is materialized too: open-source Dagster shows a partition's metadata only from
-    a materialization (a failed step's or an observation's metadata stays in the run's logs), and
-    the report of a failed night is what a release engineer opens first. Its `verdict` says FAILED,
-    its blocking check fails and its step fails, so the run fails and no stage after it runs.
+    A failed stage is never materialized: its partition is Failed in every view (the partitions
+    bar, the asset's badge, lineage, the backfill page), and "backfill failed and missing" picks
+    it. The evidence stays one click away: the step failure's metadata (`verdict`, counts, the
+    failing tests with their messages, the artefact links) is what the failed partition's "Run …
+    failed" link opens, the blocking check's evaluation says why, and the night's summary (written
+    for every night that ran) holds the failures table with links.
     """
     full = {**metadata, **run.link_metadata()}
     if run.failure is None:
         yield dg.MaterializeResult(metadata=full, check_results=run.checks)  # type: ignore[arg-type]
         return
+    yield from run.checks
     full = {"verdict": f"FAILED: {failure_headline(run.failure)}", **full}
-    yield dg.MaterializeResult(metadata=full, check_results=run.checks)  # type: ignore[arg-type]
     raise dg.Failure(description=run.failure, metadata=full)  # type: ignore[arg-type]
 
 
@@ -264,50 +266,68 @@ def recorded_stage(
     artefacts: ArtefactStoreResource,
     warehouse: WarehouseResource,
 ) -> Iterator[StageRun]:
-    """Run a stage body: fresh work folder, warehouse row for running/success/failure, manifest."""
+    """Run a stage body: fresh work folder, warehouse row for running/success/failure, manifest.
+
+    An earlier run's attempt of the stage is set aside first (`.runs/<its run>/<stage>/`), never
+    deleted. When this attempt ends with results of its own (a success, or failing tests), it
+    replaces the earlier one, which keeps its reports and logs. When it ends without (an error,
+    an interrupt), the earlier attempt's folder is put back where the night's other stages point
+    to it, and this attempt's goes under `.runs/` with its logs: a re-run adds to the night's
+    record, it never erases the earlier evidence."""
     key = night_key(spec.pipeline.name, context.partition_key)
     target = spec.targets[key.target]
     runner_name, runner = spec.runner(target)
     store = warehouse.store()
     # Another run of this night ends before this one touches it.
     hold_night(context, store, key, pooled=spec.pool is not None)
+    stage = spec.stage.name
+    run_id = context.run.run_id
+    follows = context.run.tags.get(SUMMARY_OF_TAG, "")
+    # Whose attempt the folder holds: its manifest says (the stage's row may be a later attempt's
+    # that ended without results and put this one back).
+    owner = artefacts.folder_run_id(key, stage)
+    if owner is None:
+        earlier = next((r for r in store.stages(key) if r.stage == stage), None)
+        owner = earlier.run_id if earlier else ""
+    aside = artefacts.set_aside(key, stage, owner)
     run = StageRun(
         key=key,
         target=target,
         runner_name=runner_name,
         runner=runner,
-        workdir=artefacts.stage_dir(key, spec.stage.name, fresh=True),
+        workdir=artefacts.stage_dir(key, stage, fresh=True),
     )
-    store.record_stage(
-        key,
-        spec.stage.name,
-        status="running",
-        runner=runner_name,
-        duration_s=0.0,
-        run_id=context.run.run_id,
-    )
+    store.record_stage(key, stage, status="running", runner=runner_name, duration_s=0.0, run_id=run_id)
     started = time.monotonic()
     try:
         yield run
     except BaseException as exc:
         interrupted = isinstance(exc, KeyboardInterrupt | dg.DagsterExecutionInterruptedError)
-        if not interrupted:  # an interrupt ends the stage now, not after an upload
-            _publish(context, artefacts, run, spec.stage.name)
+        why = "interrupted: the run was cancelled" if interrupted else f"{type(exc).__name__}: {exc}"
+        folder = str(run.workdir)
+        if aside is not None:  # no results of its own: the earlier attempt stays the stage's
+            moved = artefacts.put_back(key, stage, aside, run_id)
+            folder = str(moved)
+            if not interrupted:  # an interrupt ends the stage now, not after an upload
+                folder = _publish_aside(context, artefacts, moved)
+        elif not interrupted:
+            _publish(context, artefacts, run, stage)
+            folder = run.folder_link or folder
         store.record_stage(
             key,
-            spec.stage.name,
+            stage,
             status="cancelled" if interrupted else "failure",
             runner=runner_name,
             duration_s=time.monotonic() - started,
-            run_id=context.run.run_id,
-            artefact=run.folder_link or str(run.workdir),
-            detail="interrupted: the run was cancelled"
-            if interrupted
-            else f"{type(exc).__name__}: {exc}"[:4000],
+            run_id=run_id,
+            artefact=folder,
+            detail=why[:4000],
+            follows=follows,
         )
         raise
     duration = time.monotonic() - started
     run.manifest.setdefault("runner", runner_name)
+    run.manifest["run_id"] = run_id
     run.manifest["duration_s"] = round(duration, 3)
     if run.failure is None:  # a failed blocking check fails its stage, after the results are kept
         failed = [c for c in run.checks if not c.passed and c.severity == dg.AssetCheckSeverity.ERROR]
@@ -318,21 +338,34 @@ def recorded_stage(
     if run.failure is not None:
         run.status = "failure"
         run.manifest["failure"] = run.failure
-    artefacts.write_manifest(key, spec.stage.name, run.manifest)
-    _publish(context, artefacts, run, spec.stage.name)
-    store.record_checks(
-        key, spec.stage.name, [_outcome(spec.stage.name, c) for c in run.checks], run_id=context.run.run_id
-    )
+    artefacts.write_manifest(key, stage, run.manifest)
+    _publish(context, artefacts, run, stage)
+    store.record_checks(key, stage, [_outcome(stage, c) for c in run.checks], run_id=run_id)
     store.record_stage(
         key,
-        spec.stage.name,
+        stage,
         status=run.status,
         runner=runner_name,
         duration_s=duration,
-        run_id=context.run.run_id,
+        run_id=run_id,
         artefact=_product(artefacts, run),
         detail=run.detail,
+        follows=follows,
     )
+    if aside is not None:  # replaced: the earlier attempt keeps its evidence
+        artefacts.keep_evidence_only(aside)
+        link = _publish_aside(context, artefacts, aside)
+        if owner:
+            store.move_stage_artefact(key, stage, owner, link)
+
+
+def _publish_aside(context: dg.AssetExecutionContext, artefacts: ArtefactStoreResource, aside: Path) -> str:
+    """The link to a set-aside attempt's folder; where the store cannot publish it, its path."""
+    try:
+        return artefacts.publish_aside(aside)
+    except Exception as exc:  # ArtefactError, or anything a store's client raises
+        context.log.warning(f"the reports kept in {aside} were not published: {exc}")
+        return str(aside)
 
 
 def _publish(

@@ -31,6 +31,7 @@ from nightly_assets.definitions import build_definitions
 from nightly_assets.reporting.alerts import PIPELINE_TAG
 from nightly_assets.reporting.missing_nights import SEND_BUDGET_S, alert_missing_nights
 from nightly_assets.reporting.resources import FileNotifierResource, NotifierResource, SlackNotifierResource
+from nightly_assets.warehouse import WarehouseResource
 
 NIGHT = "2026-11-03"
 TICK = dt.datetime(2026, 11, 4, 3, 0, tzinfo=dt.UTC)  # demo_schedule's "0 3 * * *" runs 11-03
@@ -52,6 +53,7 @@ class Night:
         self.sensor = self.definitions.resolve_sensor_def("missing_night_alerts")
         self.cursor: str | None = None
         self.notifier: NotifierResource | None = None  # None: the file inbox
+        self.warehouse = WarehouseResource(url=f"sqlite:///{inbox_path.parent}/warehouse.sqlite")
 
     def evaluate(self, when: dt.datetime) -> dg.SensorResult:
         """One evaluation at `when`, from the cursor the previous one left (as the daemon keeps it)."""
@@ -59,7 +61,9 @@ class Night:
         with (
             freeze_time(when),
             dg.build_sensor_context(
-                instance=self.instance, cursor=self.cursor, resources={"notifier": notifier}
+                instance=self.instance,
+                cursor=self.cursor,
+                resources={"notifier": notifier, "warehouse": self.warehouse},
             ) as context,
         ):
             result = self.sensor(context)

@@ -267,11 +267,12 @@ def test_the_night_summary_names_each_configuration_with_its_stages_and_the_new_
         "1x NVIDIA H200; driver 580.159.04 -> 580.159.03)",
     ]
 
-    # A new run of the night that has not reached perf_baseline: the note on disk is the earlier run's.
-    nights.store.clear_night_run(tonight)
+    # A new run of the night that has not reached perf_baseline: the earlier run's row and manifest
+    # stand, so its note does too (a re-run replaces a stage's results only with its own).
     nights.store.record_device_facts(tonight, "tests_cpu", "local", cpu_only)
     markdown = night_summary(nights.pipeline, tonight, nights.store, nights.artefacts).markdown()
-    assert "new baseline" not in markdown and "- tests_cpu: no GPU; torch 2.11.0+cu130" in markdown
+    assert "perf_baseline: new baseline for reserved_mib, train_step_ms" in markdown
+    assert "- tests_cpu: no GPU; torch 2.11.0+cu130" in markdown
     nights.seed(range(11, 12), H200, step_ms=13.0, reserved_mib=52_000)  # the new run's benchmarks
 
     # The next night on the same card: its devices, and no new baseline.

@@ -80,16 +80,23 @@ def test_the_failure_sensor_posts_to_slack_and_retries_after_an_outage(
     evaluate_repair()
     assert isinstance(evaluate(), dg.SkipReason) and len(fake.posts) == 1  # sent once
 
-    # Each alert that went out is on the night's summary in the UI, with where it went: the CLI's
-    # file inbox first, then Slack's channel; the bot token and the API URL never.
-    observations = instance.fetch_observations(
-        dg.AssetRecordsFilter(asset_key=dg.AssetKey(["demo", "night_summary"])), limit=10
-    ).records
-    sent = [o.asset_observation for o in observations if o.asset_observation is not None]
-    alerts = [o for o in sent if o.description == "demo night 2026-11-07 cpu failed"]
-    destinations = sorted(str(o.metadata["sent_to"].value) for o in alerts)
-    assert destinations == ["Slack channel #nightly-demo", f"file {nightly_home / 'alerts.jsonl'}"]
-    for observation in alerts:
-        assert observation.partition == "2026-11-07|cpu"
-        shown = " ".join(str(v.value) for v in observation.metadata.values())
-        assert fake.token not in shown and api_url not in shown
+    # Each alert that went out is kept in the warehouse and shows on the night's summary as its
+    # night_alert check, failed at ERROR, with where it went: the CLI's file inbox first, then
+    # Slack's channel; the bot token and the API URL never.
+    with dg.build_resources({"warehouse": prod["warehouse"]}) as resolved:
+        kept = resolved.warehouse.store().alerts(key)
+    assert [a.destination for a in kept] == [
+        f"file {nightly_home / 'alerts.jsonl'}",
+        "Slack channel #nightly-demo",
+    ]
+    check = dg.AssetCheckKey(dg.AssetKey(["demo", "night_summary"]), "night_alert")
+    history = instance.event_log_storage.get_asset_check_execution_history(check, limit=10)
+    [record] = [r for r in history if r.run_id == outcome.run.run_id]
+    assert record.status.value == "FAILED" and record.event is not None and record.event.dagster_event
+    evaluation = record.event.dagster_event.event_specific_data
+    assert isinstance(evaluation, dg.AssetCheckEvaluation) and evaluation.partition == "2026-11-07|cpu"
+    assert evaluation.severity == dg.AssetCheckSeverity.ERROR
+    shown = " ".join(str(v.value) for v in evaluation.metadata.values()) + (evaluation.description or "")
+    assert "Slack channel #nightly-demo" in shown and f"file {nightly_home / 'alerts.jsonl'}" in shown
+    assert fake.token not in shown and api_url not in shown
+    assert all(fake.token not in a.text and api_url not in a.text for a in kept)

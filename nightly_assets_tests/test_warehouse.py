@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import datetime as dt
+import multiprocessing
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import dagster as dg
 import pytest
@@ -30,7 +31,7 @@ from nightly_assets.warehouse import (
     default_warehouse_url,
 )
 from nightly_assets.warehouse.rows import BenchmarkNight, Regression
-from nightly_assets.warehouse.tables import node_key
+from nightly_assets.warehouse.tables import Base, node_key
 from nightly_assets_tests.device_configs import H100, H100_DRIVER_UPGRADE, H200
 
 NIGHT = dt.date(2024, 5, 10)
@@ -74,11 +75,11 @@ def test_report_recorded_twice_replaces_rows(warehouse: Warehouse) -> None:
     assert first == {
         "nights": 0,
         "stages": 0,
+        "stage_runs": 0,
         "suites": 1,
         "test_cases": 3,
         "test_tallies": 1,
         "test_evidence": 0,
-        "earlier_runs": 0,
         "test_verdicts": 0,
         "benchmarks": 0,
         "regressions": 0,
@@ -616,42 +617,109 @@ def _ten_tests(failing: set[int]) -> TestReport:
     return TestReport("unit", cases)
 
 
-def test_a_new_run_of_the_night_clears_every_row_of_the_earlier_run(warehouse: Warehouse) -> None:
+def test_a_re_run_replaces_a_night_stage_by_stage_and_every_run_stays_on_record(
+    warehouse: Warehouse,
+) -> None:
     warehouse.record_night(KEY, run_id="r1", status="success", pins={"repo": "abc"})
     for stage in ("sources", "tests", "night_summary"):
-        warehouse.record_stage(KEY, stage, status="success", runner="local", duration_s=1.0, run_id="r1")
+        warehouse.record_stage(KEY, stage, status="running", runner="local", duration_s=0.0, run_id="r1")
+        warehouse.record_stage(
+            KEY, stage, status="success", runner="local", duration_s=1.0, run_id="r1", artefact=f"{stage}/"
+        )
     warehouse.record_checks(KEY, "tests", [CheckOutcome("tests", "all_pass", "ERROR", True)], run_id="r1")
-    warehouse.record_test_report(KEY, _ten_tests({1}))
+    warehouse.record_test_report(KEY, _ten_tests({1}), run_id="r1")
     warehouse.record_benchmarks(KEY, [BenchmarkResult("a", 1.0)], devices=H100)
     warehouse.record_device_facts(KEY, "tests", "local", H100)
-    warehouse.record_cost(KEY, MachineCost("tests", "m", "n1", 60.0, 1.0, 0.02, "completed"))
-    warehouse.record_test_report(OTHER_TARGET, _ten_tests(set()))  # another target's night stays
+    before = warehouse.row_counts(KEY)
 
-    # The re-run's sources stage starts (and may fail right after).
+    # The re-run's sources stage starts, then fails: the night's results stay r1's.
     warehouse.record_stage(KEY, "sources", status="running", runner="local", duration_s=0.0, run_id="r2")
-    warehouse.clear_night_run(KEY, keep="sources")
-    assert [(s.stage, s.run_id) for s in warehouse.stages(KEY)] == [("sources", "r2")]
-    counts = warehouse.row_counts(KEY)
-    for table in ("suites", "test_cases", "checks", "benchmarks", "device_facts", "costs", "test_verdicts"):
-        assert counts[table] == 0, table
-    assert warehouse.suite_counts(KEY) == {} and warehouse.checks(KEY) == []
-    night = warehouse.night(KEY)
-    assert night is not None and night.pins == {"repo": "abc"}  # what the re-run must test again
-    assert warehouse.suite_counts(OTHER_TARGET)["unit"]["passed"] == 10
+    warehouse.record_stage(
+        KEY, "sources", status="failure", runner="local", duration_s=2.0, run_id="r2", detail="no such repo"
+    )
+    stages = {s.stage: (s.status, s.run_id) for s in warehouse.stages(KEY)}
+    assert stages == {
+        "sources": ("failure", "r2"),
+        "tests": ("success", "r1"),
+        "night_summary": ("success", "r1"),
+    }
+    after = warehouse.row_counts(KEY)
+    for table in ("suites", "test_cases", "test_tallies", "checks", "benchmarks", "device_facts"):
+        assert after[table] == before[table] > 0, table
+    assert warehouse.suite_counts(KEY)["unit"]["passed"] == 9
+    assert warehouse.suite_runs(KEY) == {"unit": "r1"}
 
-    # The earlier run's outcomes still reach the flaky classifier: test_1 failed in r1, passes now.
-    warehouse.record_test_report(KEY, _ten_tests(set()))
+    # Every run is on record, newest first, with what each found ("running" is not an outcome).
+    runs = warehouse.night_runs(KEY)
+    assert [(r.run_id, r.current, r.status) for r in runs] == [
+        ("r2", True, "failure"),
+        ("r1", False, "success"),
+    ]
+    assert [(o.stage, o.detail) for o in runs[0].outcomes] == [("sources", "no such repo")]
+    assert [o.stage for o in runs[1].outcomes] == ["sources", "tests", "night_summary"]
+    warehouse.move_stage_artefact(KEY, "sources", "r1", ".runs/r1/sources/")
+    [moved] = [o for o in warehouse.night_runs(KEY)[1].outcomes if o.stage == "sources"]
+    assert moved.artefact == ".runs/r1/sources/"
+
+    # A run that reports replaces the suite; the earlier run's outcomes reach the flaky classifier:
+    # test_1 failed in r1 and passes in r3.
+    warehouse.record_test_report(KEY, _ten_tests(set()), run_id="r3")
+    assert warehouse.suite_runs(KEY) == {"unit": "r3"}
     histories = warehouse.test_histories(KEY.pipeline, KEY.target, until=NIGHT, nights=5)
     [observation] = histories.tests[("unit", "t::test_1")]
     assert (observation.outcome, observation.earlier) == ("passed", ("failed",))
-    assert warehouse.row_counts(KEY)["earlier_runs"] == 0  # used once, by the report that replaced it
 
 
-def test_clearing_twice_keeps_the_outcomes_of_the_last_run_that_reported(warehouse: Warehouse) -> None:
-    """r1 reported, r2 failed at sources, r3 reports: r3 is compared with r1."""
-    warehouse.record_test_report(KEY, _ten_tests({2}))
-    warehouse.clear_night_run(KEY, keep="sources")
-    warehouse.clear_night_run(KEY, keep="sources")
-    warehouse.record_test_report(KEY, _ten_tests(set()))
-    histories = warehouse.test_histories(KEY.pipeline, KEY.target, until=NIGHT, nights=5)
-    assert histories.tests[("unit", "t::test_2")][0].earlier == ("failed",)
+def test_a_run_that_ended_without_its_stages_ends_them_on_record(warehouse: Warehouse) -> None:
+    warehouse.record_night(KEY, run_id="r1", status="running", pins={})
+    warehouse.record_stage(KEY, "tests", status="running", runner="local", duration_s=0.0, run_id="r1")
+    assert warehouse.end_stages(KEY, run_id="r2", status="failure") == []  # another run's: untouched
+    assert warehouse.end_stages(KEY, run_id="r1", status="failure", why="the process died") == ["tests"]
+    [row] = warehouse.stages(KEY)
+    assert (row.status, row.detail) == ("failure", "the process died")
+    [run] = warehouse.night_runs(KEY)
+    assert [(o.stage, o.status, o.detail) for o in run.outcomes] == [("tests", "failure", "the process died")]
+    assert warehouse.set_night_status(KEY, "failure", only_if="running", why="the warehouse was down")
+    night = warehouse.night(KEY)
+    assert night is not None and (night.status, night.detail) == ("failure", "the warehouse was down")
+    warehouse.record_night(KEY, run_id="r3", status="success", pins={})  # a new status clears the reason
+    night = warehouse.night(KEY)
+    assert night is not None and night.detail is None
+
+
+def _open_and_record(url: str, ready: Any, night: int, errors: Any) -> None:
+    """One first run: open the warehouse (creating its tables) the moment the others do."""
+    try:
+        ready.wait(timeout=60)
+        store = Warehouse(url, retry_s=30)
+        store.record_night(_at(KEY, dt.date(2024, 5, night)), run_id=f"r{night}", status="running", pins={})
+        store.dispose()
+    except BaseException as exc:  # the parent asserts on what every child met
+        errors.put(f"{type(exc).__name__}: {exc}")
+
+
+def test_first_runs_started_together_on_a_new_warehouse_all_open_it(warehouse_url: str) -> None:
+    """Two first nights at once on a new home: each creates the tables it finds missing; the one
+    that comes second is told they exist, and goes on."""
+    context = multiprocessing.get_context("fork")
+    runners = 4
+    for round_ in range(3):
+        if round_:  # a new warehouse again: the tables gone
+            store = Warehouse(warehouse_url)
+            Base.metadata.drop_all(store._engine)
+            store.dispose()
+        ready, errors = context.Barrier(runners), context.Queue()
+        processes = [
+            context.Process(target=_open_and_record, args=(warehouse_url, ready, 10 + i, errors))
+            for i in range(runners)
+        ]
+        for process in processes:
+            process.start()
+        for process in processes:
+            process.join(timeout=120)
+        met = [errors.get() for _ in range(errors.qsize())] if not errors.empty() else []
+        assert met == [], f"round {round_}: {met}"
+        assert [p.exitcode for p in processes] == [0] * runners
+        store = Warehouse(warehouse_url)
+        assert len(store.nights()) == runners
+        store.dispose()

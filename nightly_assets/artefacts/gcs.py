@@ -25,7 +25,6 @@ from pydantic import Field
 
 from nightly_assets.artefacts.credentials import gcp_credentials
 from nightly_assets.artefacts.resources import ArtefactError, ArtefactStoreResource
-from nightly_assets.results import NightKey
 from nightly_assets.settings import Seconds
 
 
@@ -48,9 +47,9 @@ class GcsArtefactStoreResource(ArtefactStoreResource):
         default="120", description="Retries of one upload (or one request of a prune) stop after this."
     )
 
-    def publish(self, key: NightKey, stage: str, files: Iterable[Path]) -> dict[str, str]:
+    def _publish_in(self, folder: Path, files: Iterable[Path]) -> dict[str, str]:
         bucket = self._bucket()
-        folder = self._path(key, stage).resolve()
+        folder = folder.resolve()
         links = {}
         for path in files:
             name = self._object(path)
@@ -120,8 +119,8 @@ class GcsArtefactStoreResource(ArtefactStoreResource):
         except Exception as exc:  # a bad project or key: say so, never lose the night
             raise ArtefactError(f"cannot open gs://{self.bucket}: {type(exc).__name__}: {exc}") from exc
 
-    def folder_url(self, key: NightKey, stage: str) -> str:
-        return f"{self.browse_url.rstrip('/')}/{self.bucket}/{quote(self._object(self._path(key, stage)))}/"
+    def _folder_link(self, folder: Path) -> str:
+        return f"{self.browse_url.rstrip('/')}/{self.bucket}/{quote(self._object(folder))}/"
 
     def _object(self, path: Path) -> str:
         relative = path.resolve().relative_to(Path(self.root).resolve()).as_posix()

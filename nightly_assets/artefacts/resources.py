@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import shutil
 from collections.abc import Collection, Iterable
 from pathlib import Path
@@ -23,6 +24,8 @@ from nightly_assets.manifests import Manifest
 from nightly_assets.results import NightKey
 
 MANIFEST = "manifest.json"
+# Under a night x target's folder: each stage's earlier attempts, `.runs/<run id>/<stage>/`.
+RUNS_FOLDER = ".runs"
 DEFAULT_BASE_URL = "http://127.0.0.1:3001"
 # What a stage's folder holds that a person opens: reports and logs, not checkouts or venvs.
 REPORT_SUFFIXES = (".xml", ".log", ".md", ".json", ".txt", ".csv", ".pdf", ".png", ".html", ".whl", ".gz")
@@ -53,9 +56,55 @@ class ArtefactStoreResource(dg.ConfigurableResource):
     def stage_dir(self, key: NightKey, stage: str, *, fresh: bool = False) -> Path:
         path = self._path(key, stage)
         if fresh and path.exists():
-            shutil.rmtree(path)  # a re-run replaces the night's artefacts, never mixes them
+            shutil.rmtree(path)  # callers that keep an earlier attempt move it aside first (set_aside)
         path.mkdir(parents=True, exist_ok=True)
         return path
+
+    # -- earlier attempts ---------------------------------------------------------------------
+
+    def set_aside(self, key: NightKey, stage: str, run_id: str) -> Path | None:
+        """Move the stage's folder, an earlier run's attempt, to `.runs/<run_id>/<stage>/` (a
+        rename: nothing is copied), so a new attempt starts in an empty folder at the same path
+        while the earlier evidence stays. Its new path; None when the stage has no folder."""
+        path = self._path(key, stage)
+        if not path.exists():
+            return None
+        runs = path.parent / RUNS_FOLDER
+        label, n = run_id or "earlier", 1
+        while (runs / label / stage).exists():  # the same run's second attempt (a step retry)
+            n += 1
+            label = f"{run_id or 'earlier'}-{n}"
+        aside = runs / label / stage
+        aside.parent.mkdir(parents=True, exist_ok=True)
+        path.rename(aside)
+        return aside
+
+    def put_back(self, key: NightKey, stage: str, aside: Path, run_id: str) -> Path:
+        """An attempt that ended without results of its own: its folder goes to `.runs/<run_id>/`
+        and the earlier attempt's (`aside`) is back where the night's other stages point to it.
+        The failed attempt's new path."""
+        failed = self.set_aside(key, stage, run_id)
+        aside.rename(self._path(key, stage))
+        if aside.parent.is_dir() and not any(aside.parent.iterdir()):
+            aside.parent.rmdir()
+        assert failed is not None  # the attempt made its folder before it started
+        return failed
+
+    def keep_evidence_only(self, aside: Path) -> None:
+        """A set-aside attempt that a later one replaced keeps its reports and logs; what the later
+        one made again from the same pins (virtualenvs, git checkouts) goes."""
+        for root, folders, _ in os.walk(aside):  # top down, never into what it removes
+            for name in list(folders):
+                path = Path(root) / name
+                if (path / "pyvenv.cfg").exists() or (path / ".git").exists():
+                    shutil.rmtree(path, ignore_errors=True)
+                    folders.remove(name)
+
+    def publish_aside(self, aside: Path) -> str:
+        """The link to a set-aside attempt's folder, its reports published where the store keeps
+        them (a bucket uploads them under `.runs/`, since the next attempt's replace the stage's)."""
+        self._publish_in(aside, self._report_files(aside))
+        return self._folder_link(aside)
 
     def write_manifest(self, key: NightKey, stage: str, manifest: dict[str, Any]) -> Path:
         path = self.stage_dir(key, stage) / MANIFEST
@@ -87,6 +136,15 @@ class ArtefactStoreResource(dg.ConfigurableResource):
                 f"{key}: stage '{stage}' left a manifest without what this stage reads ({problems}); "
                 f"materialize {key.pipeline}/{stage} for this partition again"
             ) from None
+
+    def folder_run_id(self, key: NightKey, stage: str) -> str | None:
+        """The run whose attempt the stage's folder holds, as its manifest says; None when it has
+        no manifest or one from before the run was recorded."""
+        try:
+            run_id = self.read_manifest(key, stage).get("run_id")
+        except (MissingArtefactError, ValueError, OSError):
+            return None
+        return run_id if isinstance(run_id, str) and run_id else None
 
     def has_manifest(self, key: NightKey, stage: str) -> bool:
         return (self._path(key, stage) / MANIFEST).is_file()
@@ -126,7 +184,9 @@ class ArtefactStoreResource(dg.ConfigurableResource):
 
     def reports(self, key: NightKey, stage: str, extra: Iterable[Path] = ()) -> list[Path]:
         """The stage folder's report files (top level, by suffix) and `extra` files under it."""
-        folder = self._path(key, stage)
+        return self._report_files(self._path(key, stage), extra)
+
+    def _report_files(self, folder: Path, extra: Iterable[Path] = ()) -> list[Path]:
         found = [
             p
             for p in (sorted(folder.iterdir()) if folder.is_dir() else [])
@@ -140,14 +200,20 @@ class ArtefactStoreResource(dg.ConfigurableResource):
     def publish(self, key: NightKey, stage: str, files: Iterable[Path]) -> dict[str, str]:
         """Links to `files` (inside the stage's folder) where a browser opens them, by their path
         in the folder."""
-        folder = self._path(key, stage).resolve()
-        return {f.resolve().relative_to(folder).as_posix(): self.file_url(f) for f in files}
+        return self._publish_in(self._path(key, stage), files)
+
+    def _publish_in(self, folder: Path, files: Iterable[Path]) -> dict[str, str]:
+        resolved = folder.resolve()
+        return {f.resolve().relative_to(resolved).as_posix(): self.file_url(f) for f in files}
 
     def file_url(self, path: Path) -> str:
         return f"{self.base_url.rstrip('/')}/{self._relative(path)}"
 
     def folder_url(self, key: NightKey, stage: str) -> str:
-        return f"{self.file_url(self._path(key, stage))}/"
+        return self._folder_link(self._path(key, stage))
+
+    def _folder_link(self, folder: Path) -> str:
+        return f"{self.file_url(folder)}/"
 
     def _relative(self, path: Path) -> str:
         relative = path.resolve().relative_to(Path(self.root).resolve())

@@ -20,7 +20,7 @@ import dagster as dg
 
 from nightly_assets.catalog.models import Catalog
 from nightly_assets.culprits.sensors import culprit_job_name
-from nightly_assets.night_lease import FINISHED_STATUSES, PROCESS_TAG, process_gone
+from nightly_assets.night_lease import FINISHED_STATUSES, PROCESS_TAG, SUMMARY_OF_TAG, process_gone
 from nightly_assets.reporting.alerts import alerts_for_run
 from nightly_assets.reporting.night_runs import NightInRun, RunRecord, read_run
 from nightly_assets.reporting.resources import Alert, NotifierResource
@@ -39,7 +39,6 @@ UNSENT_TAG = "nightly/unsent_alerts"
 # taken for abandoned once nobody has written to it for this long.
 UNKNOWN_RUN_GRACE = dt.timedelta(hours=24)
 FOLLOW_UP_GRACE_S = 600  # a run ended this recently may still be followed up by its sensor
-SUMMARY_OF_TAG = "nightly/summary_of"
 CANCELLED = "cancelled"
 
 

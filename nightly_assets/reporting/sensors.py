@@ -34,6 +34,8 @@ from nightly_assets.warehouse.resources import WarehouseResource
 if TYPE_CHECKING:  # what dg.define_asset_job returns; the class is not exported
     from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
 
+    from nightly_assets.warehouse.store import Warehouse
+
 REPAIR_TAG = "nightly/repair_of"
 FOLLOW_UP_INTERVAL_S = 10  # how soon after a run ends its alerts go out (cheap: a cursor query)
 REPAIR_INTERVAL_S = 300
@@ -56,7 +58,7 @@ def build_alert_sensors(
         done = follow_up_run(context.instance, run, catalog, notifier, warehouse.store())
         if done is None:
             return dg.SkipReason(f"run {run.run_id} was already followed up")
-        record_sent(context.instance, catalog, done.alerts, notifier, done.unsent)
+        record_sent(context.instance, catalog, done.alerts, notifier, done.unsent, warehouse.store())
         for key, stages in done.ended.items():
             context.log.warning(f"{key}: {', '.join(stages)} left running by run {run.run_id}; ended")
         for index, why in done.unsent.items():
@@ -123,13 +125,13 @@ def build_alert_sensors(
                 still = resend_unsent_alerts(context.instance, run, catalog, notifier)
                 alerts = alerts_for_run(read_run(context.instance, run, catalog), catalog)
                 not_sent_now = set(range(len(alerts))) - wanted | set(still)
-                record_sent(context.instance, catalog, alerts, notifier, unsent=not_sent_now)
+                record_sent(context.instance, catalog, alerts, notifier, not_sent_now, store)
                 context.log.info(f"run {run.run_id}: unsent alerts sent again, {len(still)} still unsent")
                 continue
             context.log.warning(f"run {run.run_id}: its follow-up failed earlier; following it up again")
             done = follow_up_run(context.instance, run, catalog, notifier, store)
             if done is not None:
-                record_sent(context.instance, catalog, done.alerts, notifier, done.unsent)
+                record_sent(context.instance, catalog, done.alerts, notifier, done.unsent, store)
                 requests.extend(summary_requests(done, jobs))
         for night in store.nights(status="running"):
             if night.pipeline not in catalog.pipelines:
@@ -175,7 +177,7 @@ def build_missing_night_sensor(
         "daemon down at its tick, or the night's run ended without a summary.",
     )
     def missing_night_alerts(
-        context: dg.SensorEvaluationContext, notifier: NotifierResource
+        context: dg.SensorEvaluationContext, notifier: NotifierResource, warehouse: WarehouseResource
     ) -> dg.SensorResult:
         origin = context.code_location_origin
         judged = alert_missing_nights(
@@ -186,7 +188,9 @@ def build_missing_night_sensor(
             notifier,
             location=origin.location_name if origin else None,
         )
-        record_sent(context.instance, catalog, judged.sent, notifier)
+        record_sent(
+            context.instance, catalog, judged.sent, notifier, store=_store_or_none(context, warehouse)
+        )
         for title, why in judged.unsent.items():
             context.log.error(f"alert {title!r} was not sent ({why}); the next evaluation sends it again")
         alerted = "; ".join(a.title for a in judged.sent)
@@ -196,3 +200,13 @@ def build_missing_night_sensor(
         )
 
     return missing_night_alerts
+
+
+def _store_or_none(context: dg.SensorEvaluationContext, warehouse: WarehouseResource) -> Warehouse | None:
+    """The warehouse to record missing nights' alerts in; None (logged) when it cannot be opened:
+    those alerts go out all the same, and show on the summaries' checks."""
+    try:
+        return warehouse.store()
+    except Exception as exc:  # WarehouseError: a missing night is still worth an alert
+        context.log.warning(f"missing-night alerts are not recorded in the warehouse: {exc}")
+        return None

@@ -5,7 +5,7 @@ the pytest they ran with, the failing tests by name, the failed checks and the m
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from nightly_assets.artefacts.resources import ArtefactStoreResource, MissingArtefactError
@@ -14,13 +14,15 @@ from nightly_assets.devices.facts import DeviceFacts
 from nightly_assets.manifests import PerfBaselineManifest
 from nightly_assets.reporting.pytest_versions import pytest_lines
 from nightly_assets.results import CheckOutcome, NightKey, TestCase
-from nightly_assets.warehouse.rows import MachineCost, TestVerdict
+from nightly_assets.warehouse.rows import MachineCost, NightRun, TestVerdict
 
 if TYPE_CHECKING:
     from nightly_assets.warehouse.store import Warehouse
 
 NAMED_FAILURES = 10  # failing tests named per suite
 NAMED_VERDICTS = 20  # flaky and broken tests named
+CELL_CHARS = 200  # a table cell's text is cut (at a word) past this; the stage's folder has it whole
+RUNS_LISTED = 10  # the night's runs listed, newest first
 # Worst first: the night's status is the worst that applies.
 NIGHT_STATUSES = ("failure", "cancelled", "partial", "warn", "success")
 _ROW_STATUS = {"failure": "failure", "cancelled": "cancelled", "skipped": "partial"}
@@ -52,6 +54,8 @@ class NightSummary:
     devices: Sequence[tuple[list[str], str]] = ()
     new_baselines: Sequence[str] = ()  # "perf_baseline: new baseline for a, b (what changed)"
     pytest_versions: Sequence[str] = ()  # "tests, tests_k (environment): pytest 8.3.5"
+    runs: Sequence[NightRun] = ()  # every run of the night, newest (current) first
+    suite_runs: dict[str, str] = field(default_factory=dict)  # suite -> the run that reported it
 
     @property
     def failed_tests(self) -> int:
@@ -98,6 +102,8 @@ def night_summary(
         devices=device_lines(pipeline, store.device_facts(key)),
         new_baselines=new_baseline_notes(pipeline, key, artefacts, ran=ran),
         pytest_versions=pytest_lines(pipeline, key, artefacts, ran=ran),
+        runs=store.night_runs(key),
+        suite_runs=store.suite_runs(key),
     )
 
 
@@ -166,7 +172,9 @@ def summary_rows(
             rows.append(SummaryRow(stage.name, "skipped", "-", None, "", "", "did not start"))
             continue
         status = "failure" if row.status == "running" else row.status  # a crash left it running
-        link = artefacts.folder_url(key, stage.name)
+        # An attempt that ended without results keeps its own folder (under .runs/): link that one.
+        link = row.artefact if row.artefact and row.artefact.endswith("/") else None
+        link = link or artefacts.folder_url(key, stage.name)
         rows.append(
             SummaryRow(
                 stage.name,
@@ -216,16 +224,22 @@ def summary_markdown(summary: NightSummary) -> str:
         lines += ["", "### Devices", ""]
         lines += [f"- {', '.join(stages)}: {configuration}" for stages, configuration in summary.devices]
         lines += [f"- {note}" for note in summary.new_baselines]
+    if len(summary.runs) > 1:
+        lines += ["", *runs_markdown(summary.runs)]
     if summary.suites:
+        earlier = _earlier_reports(summary)
         lines += [
             "",
-            "| Suite | Total | Passed | Failed | Errors | Skipped | Collected |",
-            "|-------|-------|--------|--------|--------|---------|-----------|",
+            "| Suite | Total | Passed | Failed | Errors | Skipped | Collected |"
+            + (" From run |" if earlier else ""),
+            "|-------|-------|--------|--------|--------|---------|-----------|"
+            + ("----------|" if earlier else ""),
         ]
         for suite, c in summary.suites.items():
             lines.append(
                 f"| {suite} | {c['total']} | {c['passed']} | {c['failed']} | {c['error']} | "
                 f"{c['skipped']} | {c['collected']} |"
+                + (f" {earlier.get(suite, 'this run')} |" if earlier else "")
             )
     if summary.pytest_versions:
         lines += ["", *(f"- {line}" for line in summary.pytest_versions)]
@@ -273,5 +287,51 @@ def summary_markdown(summary: NightSummary) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _cell(text: str) -> str:
-    return " ".join(text.replace("|", "\\|").split())[:200]
+def runs_markdown(runs: Sequence[NightRun]) -> list[str]:
+    """The night's runs, newest first: when each started, how it ended and what it found. A re-run
+    that failed early is listed beside the earlier run whose results the night still shows."""
+    lines = ["### Runs of this night", "", "| Run | Started (UTC) | Outcome | Found |", "|---|---|---|---|"]
+    for run in runs[:RUNS_LISTED]:
+        name = f"`{run.run_id[:8]}`" + (" (current)" if run.current else "")
+        lines.append(f"| {name} | {run.started:%Y-%m-%d %H:%M} | {run.status} | {_cell(run_found(run))} |")
+    if len(runs) > RUNS_LISTED:
+        lines.append(f"| … | {plural(len(runs) - RUNS_LISTED, 'earlier run')} | | |")
+    return lines
+
+
+def run_found(run: NightRun) -> str:
+    """What one run of the night found, in a line: its first failure, else what it ran."""
+    failed = [o for o in run.outcomes if o.status in ("failure", "cancelled")]
+    if failed:
+        first = failed[0]
+        why = next((line for line in (first.detail or "").splitlines() if line.strip()), "")
+        return f"{first.stage} {first.status}" + (f": {why}" if why else "")
+    return f"{plural(len(run.outcomes), 'stage')} ran: " + ", ".join(o.stage for o in run.outcomes)
+
+
+def _earlier_reports(summary: NightSummary) -> dict[str, str]:
+    """The suites whose report is an earlier run's than the current one (a re-run that did not
+    reach them), each with that run's id; empty when the night has had one run."""
+    if len(summary.runs) < 2:
+        return {}
+    current = summary.runs[0].run_id
+    return {
+        suite: f"`{run_id[:8]}` (earlier)"
+        for suite, run_id in summary.suite_runs.items()
+        if run_id and run_id != current
+    }
+
+
+def plural(count: int, noun: str) -> str:
+    """ "1 night", "2 nights"."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def _cell(text: str, limit: int = CELL_CHARS) -> str:
+    """One table cell: on one line, its pipes escaped, cut at a word past `limit` characters
+    (marked "…"); the stage's folder (its link in the row) has the whole text."""
+    flat = " ".join(text.split())
+    if len(flat) > limit:
+        cut = flat[:limit].rsplit(" ", 1)[0] if " " in flat[:limit] else flat[:limit]
+        flat = cut.rstrip(" ,;:") + " …"
+    return flat.replace("|", "\\|")

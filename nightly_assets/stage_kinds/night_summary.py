@@ -14,8 +14,9 @@ from nightly_assets.catalog.models import GitHub as GitHubSettings
 from nightly_assets.catalog.models import Pipeline
 from nightly_assets.github.client import GitHubError
 from nightly_assets.github.resources import GitHubResource
+from nightly_assets.night_lease import SUMMARY_OF_TAG
 from nightly_assets.partitions import night_key
-from nightly_assets.reporting.follow_up import SUMMARY_OF_TAG
+from nightly_assets.reporting.alerts import alert_check, night_alert_spec
 from nightly_assets.reporting.summary import night_summary, stages_after
 from nightly_assets.results import NightKey
 from nightly_assets.stage_kinds.spec import ORCHESTRATOR, NoParams, StageKind
@@ -35,7 +36,11 @@ def build_night_summary_asset(spec: StageSpec) -> dg.AssetsDefinition:
     github_settings = spec.pipeline.github
     report_issue = github_settings is not None and github_settings.issue_on_failure
 
-    @dg.asset(**spec.asset_args(freshness_policy=summary_freshness_policy(spec.pipeline)))
+    @dg.asset(
+        **spec.asset_args(
+            freshness_policy=summary_freshness_policy(spec.pipeline), check_specs=[night_alert_spec(spec.key)]
+        )
+    )
     def _night_summary(
         context: dg.AssetExecutionContext,
         artefacts: ArtefactStoreResource,
@@ -76,7 +81,12 @@ def build_night_summary_asset(spec: StageSpec) -> dg.AssetsDefinition:
                 run.manifest["issue"] = issue
             pruned = _prune_artefacts(context, artefacts, store, run.key, spec.pipeline.retention_days)
             run.manifest["pruned"] = pruned
+        # The alerts sent about the run this summary is written for (a failed run's went out
+        # before its summary run), shown as what they are; later ones are added as they are sent.
+        summarized = context.run.tags.get(SUMMARY_OF_TAG) or context.run.run_id
+        alerted = alert_check(warehouse.store().alerts(run.key, run_id=summarized), summarized)
         return dg.MaterializeResult(
+            check_results=[alerted],
             metadata={
                 "summary": dg.MetadataValue.md(markdown),
                 "status": summary.status,
@@ -86,7 +96,7 @@ def build_night_summary_asset(spec: StageSpec) -> dg.AssetsDefinition:
                 **run.link_metadata(),
                 **{f"issue/{k}": v for k, v in issue.items()},
                 "pruned_artefacts": dg.MetadataValue.json(pruned),
-            }
+            },
         )
 
     return _night_summary

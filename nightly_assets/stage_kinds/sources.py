@@ -21,11 +21,10 @@ def build_sources_asset(spec: StageSpec) -> dg.AssetsDefinition:
         """Pinned checkouts of the pipeline's repositories for one night."""
         with recorded_stage(context, spec, artefacts, warehouse) as run:
             store = warehouse.store()
-            store.clear_night_run(run.key, keep=spec.stage.name)  # a new night run replaces the old one
             earlier = store.night(run.key)
             if earlier is not None and earlier.status == "running" and earlier.run_id != context.run.run_id:
                 context.log.warning(
-                    f"{run.key} was still 'running' from run {earlier.run_id}; this run replaces its rows"
+                    f"{run.key} was still 'running' from run {earlier.run_id}; this run takes it over"
                 )
             recorded = earlier.pins if earlier else {}
             repos: dict[str, dict[str, str]] = {}

@@ -70,7 +70,7 @@ def build_test_suite_asset(spec: StageSpec) -> dg.AssetsDefinition:
             devices = recorded_devices(run)
             if devices is not None:
                 store.record_device_facts(run.key, spec.stage.name, run.runner_name, devices)
-            store.record_test_report(run.key, report)
+            store.record_test_report(run.key, report, run_id=context.run.run_id)
             run.manifest.update(
                 report=report.counts(), collect_only=report.collect_only, junit=list(report.source_files)
             )

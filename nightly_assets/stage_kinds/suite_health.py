@@ -10,7 +10,7 @@ import dagster as dg
 from pydantic import Field
 
 from nightly_assets.artefacts.resources import ArtefactStoreResource
-from nightly_assets.reporting.follow_up import SUMMARY_OF_TAG
+from nightly_assets.night_lease import SUMMARY_OF_TAG
 from nightly_assets.sources.resources import GitSourcesResource
 from nightly_assets.sources.suspects import SpanKey
 from nightly_assets.stage_kinds.spec import ORCHESTRATOR, StageKind, StageParams

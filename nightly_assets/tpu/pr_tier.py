@@ -118,7 +118,7 @@ def build_pr_job(pipeline: Pipeline, pool: str | None) -> dg.JobDefinition:
                 on_cost=record,
             )
             report = result.report
-            store.record_test_report(key, report)
+            store.record_test_report(key, report, run_id=context.run_id)
         except TpuRunEnded as exc:
             problem = str(exc)
         except BaseException as exc:

@@ -20,12 +20,16 @@ from nightly_assets.warehouse.access import DatabaseAccess
 from nightly_assets.warehouse.evidence import Histories
 from nightly_assets.warehouse.history import PassRate, TestRun, is_key
 from nightly_assets.warehouse.rows import (
+    SENT_ALERT_COLUMNS,
     BenchmarkNight,
     Culprit,
     MachineCost,
     NightOverview,
     NightRow,
+    NightRun,
     Regression,
+    SentAlert,
+    StageOutcome,
     StageRow,
     TestVerdict,
     check_outcome,
@@ -40,6 +44,7 @@ from nightly_assets.warehouse.rows import (
 )
 from nightly_assets.warehouse.tables import (
     ALL_TABLES,
+    AlertTable,
     BenchmarkTable,
     CheckTable,
     CostTable,
@@ -47,6 +52,7 @@ from nightly_assets.warehouse.tables import (
     DeviceFactsTable,
     NightTable,
     RegressionTable,
+    StageRunTable,
     StageTable,
     SuiteTable,
     TestCaseTable,
@@ -62,6 +68,34 @@ class WarehouseReads(DatabaseAccess):
         query = select(StageTable).where(*is_key(StageTable, key)).order_by(StageTable.id)
         rows = self._read(lambda s: s.scalars(query).all())
         return [stage_row(r) for r in rows]
+
+    def night_runs(self, key: NightKey) -> list[NightRun]:
+        """Every run of the night, newest first, with what each found: its stages' outcomes."""
+        r = StageRunTable
+        query = select(r).where(*is_key(r, key)).order_by(r.id)
+        rows = self._read(lambda s: s.scalars(query).all())
+        runs: dict[str, list[StageOutcome]] = {}
+        for row in rows:
+            runs.setdefault(row.follows or row.run_id, []).append(
+                StageOutcome(row.stage, row.status, row.duration_s, row.artefact, row.detail, row.recorded_at)
+            )
+        newest_first = list(reversed(runs.items()))  # by each run's first outcome
+        return [NightRun(run_id, outcomes, i == 0) for i, (run_id, outcomes) in enumerate(newest_first)]
+
+    def alerts(self, key: NightKey, *, run_id: str | None = None) -> list[SentAlert]:
+        """The alerts sent about the night (about one run of it), oldest first."""
+        t = AlertTable
+        query = select(t).where(*is_key(t, key)).order_by(t.id)
+        if run_id is not None:
+            query = query.where(t.run_id == run_id)
+        rows = self._read(lambda s: s.scalars(query).all())
+        return [SentAlert(**{name: getattr(r, name) for name in SENT_ALERT_COLUMNS}) for r in rows]
+
+    def suite_runs(self, key: NightKey) -> dict[str, str]:
+        """The run whose report each suite of the night holds ("" for rows from before that was
+        recorded)."""
+        query = select(SuiteTable.suite, SuiteTable.run_id).where(*is_key(SuiteTable, key))
+        return {r.suite: r.run_id for r in self._read(lambda s: s.execute(query).all())}
 
     def suite_counts(self, key: NightKey) -> dict[str, dict[str, int]]:
         query = select(SuiteTable).where(*is_key(SuiteTable, key)).order_by(SuiteTable.suite)

@@ -42,6 +42,52 @@ class StageRow:
 
 
 @dataclass(frozen=True)
+class StageOutcome:
+    """One stage's outcome in one run of a night, as the night's record of its runs keeps it."""
+
+    stage: str
+    status: str
+    duration_s: float
+    artefact: str | None  # where its folder is now
+    detail: str | None
+    recorded_at: dt.datetime  # naive UTC
+
+
+@dataclass(frozen=True)
+class NightRun:
+    """One run of a night and what it found: its stages' outcomes in the order they ended (a
+    follow-up summary run's are its run's). `current`: the newest run, whose outcomes the night's
+    stages show; an earlier run's results stay where the newer did not reach (``SuiteTable``)."""
+
+    run_id: str
+    outcomes: list[StageOutcome]
+    current: bool = False
+
+    @property
+    def started(self) -> dt.datetime:
+        first = self.outcomes[0]
+        return first.recorded_at - dt.timedelta(seconds=first.duration_s)
+
+    @property
+    def status(self) -> str:
+        """failure > cancelled > success, over the outcomes of its stages."""
+        found = {o.status for o in self.outcomes}
+        return next((s for s in ("failure", "cancelled") if s in found), "success")
+
+
+@dataclass(frozen=True)
+class SentAlert:
+    """An alert sent about a night (see tables.AlertTable)."""
+
+    run_id: str
+    severity: str  # "error" or "warn"
+    title: str
+    text: str
+    destination: str
+    sent_at: dt.datetime  # naive UTC
+
+
+@dataclass(frozen=True)
 class MachineCost:
     """What one stage's rented machine cost: lifetime x hourly price, and how its life ended."""
 
@@ -63,6 +109,7 @@ class NightRow:
     status: str
     pins: dict[str, str]
     updated_at: dt.datetime | None = None  # naive UTC
+    detail: str | None = None  # why it ended so, where no stage says it
 
     @property
     def key(self) -> NightKey:
@@ -91,13 +138,21 @@ class BenchmarkNight:
     config_key: str
 
 
+SENT_ALERT_COLUMNS = tuple(SentAlert.__dataclass_fields__)
 COUNT_COLUMNS = ("total", "passed", "failed", "error", "skipped", "collected")  # of a suite row
 COST_COLUMNS = tuple(MachineCost.__dataclass_fields__)  # the cost row's columns, but the key
 
 
 def night_row(row: NightTable) -> NightRow:
     return NightRow(
-        row.pipeline, row.night, row.target, row.run_id, row.status, json.loads(row.pins), row.updated_at
+        row.pipeline,
+        row.night,
+        row.target,
+        row.run_id,
+        row.status,
+        json.loads(row.pins),
+        row.updated_at,
+        row.detail,
     )
 
 

@@ -10,7 +10,15 @@ from typing import Any
 from sqlalchemy import Engine, case, func, inspect, text, update
 from sqlalchemy.exc import SQLAlchemyError
 
-from nightly_assets.warehouse.tables import CONFIG_KEY_LEN, Base, BenchmarkTable, TestCaseTable
+from nightly_assets.warehouse.tables import (
+    CONFIG_KEY_LEN,
+    RUN_ID_LEN,
+    Base,
+    BenchmarkTable,
+    NightTable,
+    SuiteTable,
+    TestCaseTable,
+)
 
 _log = logging.getLogger(__name__)
 
@@ -20,6 +28,8 @@ _log = logging.getLogger(__name__)
 ADDED_COLUMNS = (
     (TestCaseTable.__tablename__, "test_key", "BIGINT"),
     (BenchmarkTable.__tablename__, "config_key", f"VARCHAR({CONFIG_KEY_LEN}) NOT NULL DEFAULT ''"),
+    (SuiteTable.__tablename__, "run_id", f"VARCHAR({RUN_ID_LEN}) NOT NULL DEFAULT ''"),
+    (NightTable.__tablename__, "detail", "TEXT"),
 )
 
 
@@ -30,7 +40,14 @@ def ensure_schema(engine: Engine, url: str) -> None:
     rows before its indexes are created, so a start that dies half-way is completed by the
     next one.
     `url` (without its password) names the warehouse in the log."""
-    Base.metadata.create_all(engine)
+    for table in Base.metadata.sorted_tables:
+        # One table at a time: two first runs on a new warehouse both find a table missing, and
+        # the one that creates it second is told it exists (its indexes are created below).
+        try:
+            table.create(engine, checkfirst=True)
+        except SQLAlchemyError as exc:
+            if not _exists_error(exc):
+                raise
     for table_name, column, definition in ADDED_COLUMNS:
         with engine.connect() as connection:
             have = {c["name"] for c in inspect(connection).get_columns(table_name)}
@@ -81,10 +98,10 @@ def _ddl(engine: Engine, statement: str) -> None:
 
 
 def _exists_error(exc: SQLAlchemyError) -> bool:
-    """MySQL's duplicate column (1060) or key name (1061), SQLite's 'duplicate column' or
-    'already exists'."""
+    """MySQL's table exists (1050), duplicate column (1060) or key name (1061); SQLite's
+    'duplicate column' or 'already exists'."""
     args: tuple[Any, ...] = getattr(getattr(exc, "orig", None), "args", ())
-    if args and args[0] in (1060, 1061):
+    if args and args[0] in (1050, 1060, 1061):
         return True
     message = str(getattr(exc, "orig", exc)).lower()
     return "already exists" in message or "duplicate column" in message

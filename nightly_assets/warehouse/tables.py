@@ -78,9 +78,14 @@ class NightTable(_Keyed, Base):
     status: Mapped[str] = mapped_column(String(STATUS_LEN))
     pins: Mapped[str] = mapped_column(Text)  # JSON object: repo name -> commit sha
     updated_at: Mapped[dt.datetime] = mapped_column(DateTime)  # naive UTC
+    # Why the night ended as it did where no stage says it (a run the warehouse lost track of).
+    detail: Mapped[str | None] = mapped_column(LongText)
 
 
 class StageTable(_Keyed, Base):
+    """The latest outcome of each stage of a night (running while a run has it): what Dagster's
+    partition shows. Every outcome of every run stays in ``StageRunTable``."""
+
     __tablename__ = "stages"
     __table_args__ = (
         UniqueConstraint("pipeline", "night", "target", "stage", name="uq_stages_key"),
@@ -94,6 +99,26 @@ class StageTable(_Keyed, Base):
     artefact: Mapped[str | None] = mapped_column(Text)
     run_id: Mapped[str] = mapped_column(String(RUN_ID_LEN))
     detail: Mapped[str | None] = mapped_column(LongText)
+
+
+class StageRunTable(_Keyed, Base):
+    """Every outcome of every stage of a night, one row per run that ran it, never replaced: the
+    night's record of its runs (which run is current, what each found). `follows`: the run a
+    follow-up (a summary run) wrote it for, "" for a run of its own. `artefact` is where its
+    folder is now: an earlier attempt's folder moves under ``.runs/`` when a later one replaces it."""
+
+    __tablename__ = "stage_runs"
+    __table_args__ = (Index("ix_stage_runs_key", "pipeline", "night", "target", "run_id"), _MYSQL_OPTIONS)
+
+    stage: Mapped[str] = mapped_column(String(NAME_LEN))
+    run_id: Mapped[str] = mapped_column(String(RUN_ID_LEN))
+    follows: Mapped[str] = mapped_column(String(RUN_ID_LEN))
+    status: Mapped[str] = mapped_column(String(STATUS_LEN))
+    runner: Mapped[str] = mapped_column(String(RUNNER_LEN))
+    duration_s: Mapped[float] = mapped_column(Double)
+    artefact: Mapped[str | None] = mapped_column(Text)
+    detail: Mapped[str | None] = mapped_column(LongText)
+    recorded_at: Mapped[dt.datetime] = mapped_column(DateTime)  # naive UTC
 
 
 class SuiteTable(_Keyed, Base):
@@ -113,6 +138,9 @@ class SuiteTable(_Keyed, Base):
     collected: Mapped[int]
     duration_s: Mapped[float] = mapped_column(Double)
     collect_only: Mapped[bool]
+    # The run that reported it: a later run replaces it only with its own report. "" for rows
+    # from before it was recorded (the column's default when an older warehouse gets it).
+    run_id: Mapped[str] = mapped_column(String(RUN_ID_LEN), server_default="")
 
 
 def node_key(node_id: str) -> int:
@@ -192,21 +220,6 @@ class TestEvidenceTable(_Keyed, Base):
     test_key: Mapped[int] = mapped_column(BigInteger)
     kind: Mapped[str] = mapped_column(String(16))  # "retry" or "rerun"
     outcome: Mapped[str] = mapped_column(String(16))
-
-
-class EarlierRunTable(_Keyed, Base):
-    """A suite's outcomes in the night's previous run, kept when a new run of the night cleared
-    its rows (at its sources stage): the new run's report of the suite compares with them (the
-    `rerun` evidence), then drops them. `outcomes`: JSON object, test key -> 1 failed, 0 passed."""
-
-    __tablename__ = "earlier_runs"
-    __table_args__ = (
-        UniqueConstraint("pipeline", "night", "target", "suite", name="uq_earlier_runs_key"),
-        _MYSQL_OPTIONS,
-    )
-
-    suite: Mapped[str] = mapped_column(String(NAME_LEN))
-    outcomes: Mapped[str] = mapped_column(LongText)
 
 
 class TestVerdictTable(_Keyed, Base):
@@ -355,6 +368,21 @@ class CheckTable(_Keyed, Base):
     run_id: Mapped[str] = mapped_column(String(RUN_ID_LEN))
 
 
+class AlertTable(_Keyed, Base):
+    """An alert sent about a night: how bad, what it said, where it went and the run it is about
+    ("" for a night that never got its summary). Kept as sent, never replaced."""
+
+    __tablename__ = "alerts"
+    __table_args__ = (Index("ix_alerts_key", "pipeline", "night", "target", "run_id"), _MYSQL_OPTIONS)
+
+    run_id: Mapped[str] = mapped_column(String(RUN_ID_LEN))
+    severity: Mapped[str] = mapped_column(String(STATUS_LEN))  # "error" or "warn"
+    title: Mapped[str] = mapped_column(Text)
+    text: Mapped[str] = mapped_column(LongText)
+    destination: Mapped[str] = mapped_column(Text)  # the file or the Slack channel; never a token
+    sent_at: Mapped[dt.datetime] = mapped_column(DateTime)  # naive UTC
+
+
 class LeaseTable(_Keyed, Base):
     """Which run is running a night x target now (see night_lease.py); one row per night at most."""
 
@@ -371,17 +399,18 @@ class LeaseTable(_Keyed, Base):
 ALL_TABLES: tuple[type[Base], ...] = (
     NightTable,
     StageTable,
+    StageRunTable,
     SuiteTable,
     TestCaseTable,
     TestTallyTable,
     TestEvidenceTable,
-    EarlierRunTable,
     TestVerdictTable,
     BenchmarkTable,
     RegressionTable,
     CulpritTable,
     CostTable,
     CheckTable,
+    AlertTable,
     LeaseTable,
     DeviceFactsTable,
 )

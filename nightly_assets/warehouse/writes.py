@@ -1,6 +1,8 @@
 """The store's writes: each replaces the rows of one key (a night, a stage, a suite, a night's
 benchmarks) in one transaction, delete then insert. A re-run or backfill therefore never duplicates
-rows, and a failed write leaves the previous rows; a retry (``access.py``) is safe.
+rows, and a failed write leaves the previous rows; a retry (``access.py``) is safe. A new run of a
+night replaces its rows stage by stage, each when that stage has its own outcome: until then the
+earlier run's stay, and every stage outcome of every run is kept in ``stage_runs``.
 
 Test cases are written with Core ``insert()`` executemany in batches (PyMySQL sends each batch as
 multi-row INSERTs), not through the ORM, whose bulk insert splits a suite wherever a row's NULL
@@ -27,46 +29,34 @@ from nightly_assets.warehouse.rows import (
     COUNT_COLUMNS,
     CULPRIT_COLUMNS,
     REGRESSION_COLUMNS,
+    SENT_ALERT_COLUMNS,
     VERDICT_COLUMNS,
     Culprit,
     MachineCost,
     Regression,
+    SentAlert,
     TestVerdict,
     device_facts_row,
 )
 from nightly_assets.warehouse.tables import (
+    AlertTable,
     BenchmarkTable,
     CheckTable,
     CostTable,
     CulpritTable,
     DeviceFactsTable,
-    EarlierRunTable,
     LeaseTable,
     NightTable,
     RegressionTable,
+    StageRunTable,
     StageTable,
     SuiteTable,
     TestCaseTable,
-    TestEvidenceTable,
     TestTallyTable,
     TestVerdictTable,
     node_key,
 )
 
-# What one run of a night records: a new run of the night (its sources stage) clears them.
-NIGHT_RUN_TABLES: tuple[type[Any], ...] = (
-    StageTable,
-    CheckTable,
-    SuiteTable,
-    TestCaseTable,
-    TestTallyTable,
-    TestVerdictTable,
-    BenchmarkTable,
-    DeviceFactsTable,
-    CostTable,
-    RegressionTable,
-    CulpritTable,
-)
 WRITE_BATCH = 10_000  # test-case rows per executemany: bounds the memory a large suite takes (a few MB)
 
 
@@ -80,6 +70,7 @@ class WarehouseWrites(DatabaseAccess):
             "status": status,
             "pins": json.dumps(dict(pins), sort_keys=True),
             "updated_at": utc_now(),
+            "detail": None,
         }
         self._replace(NightTable, is_key(NightTable, key), [row])
 
@@ -94,7 +85,10 @@ class WarehouseWrites(DatabaseAccess):
         run_id: str,
         artefact: str | None = None,
         detail: str | None = None,
+        follows: str = "",
     ) -> None:
+        """The stage's latest outcome (or `running`); an outcome (not `running`) is also added to
+        the night's record of its runs. `follows`: the run a follow-up run writes it for."""
         row = {
             **key_columns(key),
             "stage": stage,
@@ -106,48 +100,64 @@ class WarehouseWrites(DatabaseAccess):
             "detail": detail,
         }
         where = [*is_key(StageTable, key), StageTable.stage == stage]
-        self._replace(StageTable, where, [row])
-
-    def clear_night_run(self, key: NightKey, *, keep: str | None = None) -> None:
-        """A new run of the night starts (its sources stage, `keep`): forget what earlier runs
-        recorded of it (stages, checks, suites, test cases, verdicts, benchmarks, devices, costs,
-        regressions, culprits), so that the night's rows come from one run however far the new
-        one gets. Kept: the night row (its pins), `keep`'s rows, the `rerun` evidence, and each
-        suite's outcomes for the new run's report to compare with (``EarlierRunTable``)."""
 
         def write(session: Session) -> None:
-            for suite in session.scalars(select(SuiteTable.suite).where(*is_key(SuiteTable, key))).all():
-                _stash_earlier_run(session, key, suite, evidence.earlier_run(session, key, suite))
-            for table in NIGHT_RUN_TABLES:
-                where = [*is_key(table, key)]
-                if keep is not None and hasattr(table, "stage"):
-                    where.append(table.stage != keep)
-                session.execute(delete(table).where(*where))
-            e = TestEvidenceTable  # a retry's evidence goes with its suite's rows
-            session.execute(delete(e).where(*is_key(e, key), e.kind == "retry"))
+            session.execute(delete(StageTable).where(*where))
+            session.execute(insert(StageTable), [row])
+            if status != "running":
+                history = {**row, "follows": follows, "recorded_at": utc_now()}
+                session.execute(insert(StageRunTable), [history])
 
         self._write(write)
 
-    def end_stages(self, key: NightKey, *, run_id: str, status: str) -> list[str]:
-        """Stages of `run_id` still `running` after that run ended (a crash, a cancel) get `status`.
-        Returns their names."""
+    def move_stage_artefact(self, key: NightKey, stage: str, run_id: str, artefact: str) -> None:
+        """The run's outcome of the stage keeps its evidence at `artefact` now (its folder moved
+        under ``.runs/`` when a later run of the stage started)."""
+        r = StageRunTable
+        self._changes(
+            update(r).where(*is_key(r, key), r.stage == stage, r.run_id == run_id).values(artefact=artefact)
+        )
+
+    def end_stages(self, key: NightKey, *, run_id: str, status: str, why: str = "") -> list[str]:
+        """Stages of `run_id` still `running` after that run ended (a crash, a cancel) get `status`
+        (and `why` as their detail), in the night's record too. Returns their names."""
         running = [*is_key(StageTable, key), StageTable.status == "running", StageTable.run_id == run_id]
         stuck: list[str] = []
 
         def write(session: Session) -> None:
-            stuck[:] = session.scalars(select(StageTable.stage).where(*running)).all()
-            if stuck:
-                session.execute(update(StageTable).where(*running).values(status=status))
+            rows = session.scalars(select(StageTable).where(*running)).all()
+            stuck[:] = [r.stage for r in rows]
+            if not rows:
+                return
+            session.execute(update(StageTable).where(*running).values(status=status, detail=why or None))
+            now = utc_now()
+            history = [
+                {
+                    **key_columns(key),
+                    "stage": r.stage,
+                    "status": status,
+                    "runner": r.runner,
+                    "duration_s": r.duration_s,
+                    "run_id": run_id,
+                    "follows": "",
+                    "artefact": r.artefact,
+                    "detail": why or None,
+                    "recorded_at": now,
+                }
+                for r in rows
+            ]
+            session.execute(insert(StageRunTable), history)
 
         self._write(write)
         return stuck
 
-    def set_night_status(self, key: NightKey, status: str, *, only_if: str) -> bool:
-        """Set the night's status when it is `only_if`; whether it was."""
+    def set_night_status(self, key: NightKey, status: str, *, only_if: str, why: str | None = None) -> bool:
+        """Set the night's status (and `why`, where no stage says it) when it is `only_if`;
+        whether it was."""
         statement = (
             update(NightTable)
             .where(*is_key(NightTable, key), NightTable.status == only_if)
-            .values(status=status, updated_at=utc_now())
+            .values(status=status, updated_at=utc_now(), detail=why)
         )
         return bool(self._changes(statement))
 
@@ -185,6 +195,11 @@ class WarehouseWrites(DatabaseAccess):
         """The run has ended: the nights it held are free."""
         self._changes(delete(LeaseTable).where(LeaseTable.run_id == run_id))
 
+    def record_alert(self, key: NightKey, alert: SentAlert) -> None:
+        """Keep an alert sent about the night (never replaced: the night's record of its alerts)."""
+        row = {**key_columns(key), **{name: getattr(alert, name) for name in SENT_ALERT_COLUMNS}}
+        self._changes(insert(AlertTable).values(**row))
+
     def record_checks(
         self, key: NightKey, stage: str, checks: Sequence[CheckOutcome], *, run_id: str
     ) -> None:
@@ -203,12 +218,13 @@ class WarehouseWrites(DatabaseAccess):
         ]
         self._replace(CheckTable, [*is_key(CheckTable, key), CheckTable.stage == stage], rows)
 
-    def record_test_report(self, key: NightKey, report: TestReport) -> None:
-        """Replace the suite row and all test-case rows of (key, report.suite)."""
+    def record_test_report(self, key: NightKey, report: TestReport, *, run_id: str = "") -> None:
+        """Replace the suite row and all test-case rows of (key, report.suite) with `run_id`'s."""
         counts = report.counts()
         suite = {
             **key_columns(key),
             "suite": report.suite,
+            "run_id": run_id,
             "runner": report.runner,
             **{name: counts[name] for name in COUNT_COLUMNS},
             "duration_s": report.duration_s,
@@ -218,11 +234,7 @@ class WarehouseWrites(DatabaseAccess):
 
         def write(session: Session) -> None:
             replaced = evidence.earlier_run(session, key, report.suite)
-            s = SuiteTable
-            # No rows: a new run's sources stage cleared the earlier run's, and kept its outcomes.
-            if session.scalar(select(s.id).where(*is_key(s, key), s.suite == report.suite)) is None:
-                replaced = _earlier_run_stash(session, key, report.suite)
-            for t in (SuiteTable, TestCaseTable, TestTallyTable, EarlierRunTable):
+            for t in (SuiteTable, TestCaseTable, TestTallyTable):
                 session.execute(delete(t).where(*is_key(t, key), t.suite == report.suite))
             session.execute(insert(SuiteTable), [suite])
             tally = tallies.SuiteTally(key, report.suite)
@@ -307,22 +319,6 @@ class WarehouseWrites(DatabaseAccess):
                 session.execute(insert(TestVerdictTable), chunk)
 
         self._write(write)
-
-
-def _stash_earlier_run(session: Session, key: NightKey, suite: str, outcomes: dict[int, bool] | None) -> None:
-    """Keep a suite's outcomes as the run being cleared had them (nothing for an infra failure,
-    whose disagreements say nothing about a test, as ``evidence.earlier_run`` judges)."""
-    t = EarlierRunTable
-    session.execute(delete(t).where(*is_key(t, key), t.suite == suite))
-    if outcomes is not None:
-        text = json.dumps({str(k): int(failed) for k, failed in outcomes.items()}, separators=(",", ":"))
-        session.execute(insert(t), [{**key_columns(key), "suite": suite, "outcomes": text}])
-
-
-def _earlier_run_stash(session: Session, key: NightKey, suite: str) -> dict[int, bool] | None:
-    t = EarlierRunTable
-    text = session.scalar(select(t.outcomes).where(*is_key(t, key), t.suite == suite))
-    return None if text is None else {int(k): bool(v) for k, v in json.loads(text).items()}
 
 
 def case_rows(key: NightKey, suite: str, cases: Iterable[TestCase]) -> Iterator[dict[str, Any]]:
