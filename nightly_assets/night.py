@@ -20,7 +20,7 @@ from nightly_assets.catalog.models import Catalog
 from nightly_assets.night_lease import this_process_tag
 from nightly_assets.partitions import partition_key
 from nightly_assets.pipelines import nightly_job_name
-from nightly_assets.reporting.alerts import record_sent
+from nightly_assets.reporting.alerts import ALERT_CHECK, record_sent
 from nightly_assets.reporting.follow_up import (
     CANCELLED,
     SUMMARY_OF_TAG,
@@ -230,6 +230,8 @@ def progress_line(entry: Any) -> str | None:
             return f"skipped  {step} (an upstream stage failed)"
         case dg.DagsterEventType.ASSET_CHECK_EVALUATION:
             ev = event.event_specific_data
+            if ev.check_name == ALERT_CHECK:  # the alerts, which the command prints as it sends them
+                return None
             verdict = "passed" if ev.passed else f"FAILED ({ev.severity.value})"
             line = f"check    {ev.asset_key.to_user_string()}:{ev.check_name} {verdict}"
             if not ev.passed and ev.description:

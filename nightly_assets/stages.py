@@ -22,6 +22,7 @@ from nightly_assets.devices.facts import DeviceFacts
 from nightly_assets.manifests import PinnedRepo, SourcesManifest
 from nightly_assets.night_lease import SUMMARY_OF_TAG, hold_night
 from nightly_assets.partitions import night_key
+from nightly_assets.reporting.night_runs import DAGSTER_WRAPPERS, without_trace
 from nightly_assets.results import CheckOutcome, NightKey
 from nightly_assets.warehouse.resources import WarehouseResource
 
@@ -253,6 +254,15 @@ def stage_events(
     raise dg.Failure(description=run.failure, metadata=full)  # type: ignore[arg-type]
 
 
+def innermost_cause(exc: BaseException) -> str:
+    """What a stage's failure row says: the error the stage (or a resource) raised, as "Type:
+    message", not Dagster's wrapper around it and without a stack trace Dagster may have laid out
+    in its message (the run's logs keep the whole chain)."""
+    while exc.__cause__ is not None and type(exc).__name__ in DAGSTER_WRAPPERS:
+        exc = exc.__cause__
+    return f"{type(exc).__name__}: {without_trace(str(exc))}"
+
+
 def failure_headline(failure: str) -> str:
     """The first line of a stage's failure ("11 passed, 1 failed of 12"), without its list."""
     first = next((line.strip() for line in failure.splitlines() if line.strip()), "failed")
@@ -303,7 +313,7 @@ def recorded_stage(
         yield run
     except BaseException as exc:
         interrupted = isinstance(exc, KeyboardInterrupt | dg.DagsterExecutionInterruptedError)
-        why = "interrupted: the run was cancelled" if interrupted else f"{type(exc).__name__}: {exc}"
+        why = "interrupted: the run was cancelled" if interrupted else innermost_cause(exc)
         folder = str(run.workdir)
         if aside is not None:  # no results of its own: the earlier attempt stays the stage's
             moved = artefacts.put_back(key, stage, aside, run_id)

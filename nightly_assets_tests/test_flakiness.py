@@ -190,6 +190,7 @@ def test_too_few_usable_nights_is_insufficient_unless_the_evidence_needs_no_hist
     two = classify(history("PP"))
     assert two.state == "insufficient"
     assert two.reason == "2 usable nights, 3 needed"
+    assert classify(history("F")).reason == "1 usable night, 3 needed"
     skipped = classify(history("PSSPS"))
     assert skipped.state == "insufficient"
     assert skipped.reason == "2 usable nights, 3 needed; 3 infra or skipped left out"

@@ -183,8 +183,9 @@ def test_the_demo_gpu_night_on_a_cpu_host_collects_and_skips_never_fails(
     _, stages, _ = catalog_nights.run(yaml.safe_dump(pipeline), "2026-11-20")
 
     assert {s.status for s in stages.values()} == {"success"}, {n: s.detail for n, s in stages.items()}
-    assert stages["tests_gpu_1"].detail == "0/5 passed (collect-only)"
-    assert stages["benchmarks"].detail == "skipped: needs 1 GPU(s), runner 'local' has 0"
+    assert stages["tests_gpu_1"].detail == "5 collected, not run: needs 1 GPU, none here"
+    assert stages["tests_gpu_2"].detail == "1 collected, not run: needs 2 GPUs, none here"
+    assert stages["benchmarks"].detail == "skipped: needs 1 GPU, runner 'local' has 0"
     assert stages["tests_unit"].detail == "3/3 passed"
 
 

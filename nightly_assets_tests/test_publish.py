@@ -333,7 +333,7 @@ def test_torch_spyre_publishes_to_the_test_index_and_installs_back(
     stage = seen["stage"]
     assert stage.status == "success"
     assert stage.detail == (
-        f"2 file(s) uploaded to {pypi_index.url}; installed back: torch-spyre==0.1.0.dev20261103"
+        f"2 files uploaded to {pypi_index.url}; installed back: torch-spyre==0.1.0.dev20261103"
     )
     # The password reaches twine's environment only: not the run config, the event log, the
     # stage's manifest and logs, nor the warehouse.
@@ -371,7 +371,7 @@ def test_torch_spyre_on_a_laptop_publishes_to_the_local_folder(dist, nightly_hom
     folder = nightly_home / "index" / "torch_spyre"
     assert sorted(p.name for p in folder.iterdir()) == sorted([wheel.name, sdist.name])
     assert seen["stage"].detail == (
-        f"2 file(s) published to the local folder {folder} "
+        f"2 files published to the local folder {folder} "
         "(index 'test' is this folder here: NIGHTLY_TEST_INDEX_URL is unset)"
     )
 

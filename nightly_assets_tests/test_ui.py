@@ -27,6 +27,7 @@ from typing import Any
 
 import dagster as dg
 import pytest
+from dagster._core.storage.partition_status_cache import AssetPartitionStatus
 
 from nightly_assets.artefacts.serve import make_server
 from nightly_assets.catalog.loader import load_catalog
@@ -49,6 +50,11 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 FAILED_NIGHTS = ("2026-11-07", "2026-11-08")  # commit 0.2.0 of 11-06: test_mean fails
+GOOD_NIGHT = "2026-11-03"  # commit 0.1.0 of 11-01: every test passes
+MISSING_NIGHT = "2026-11-21"  # never run
+# demo_gpu, a pipeline without a release stage: a good night, then a commit dated inside 11-12
+# that breaks a unit test (pushed in the fixture), so the night of 11-12 fails on tests_unit.
+GPU_GOOD_NIGHT, GPU_FAILED_NIGHT, GPU_MISSING_NIGHT = "2026-11-10", "2026-11-12", "2026-11-13"
 # The UI answers within seconds on a quiet machine; runs and sensor ticks within minutes.
 wait_for = functools.partial(wait_scaled, timeout_s=240, every_s=1)
 
@@ -59,7 +65,7 @@ class UI:
     env: dict[str, str]
     nightly_home: Path
     dagster_home: Path
-    first_runs: dict[str, str]  # night -> run id of the CLI night that failed
+    first_runs: dict[str, str]  # night -> run id of the CLI night that failed (not its summary run)
     pins: dict[str, dict[str, str]]  # night -> pins the CLI night recorded
 
     @property
@@ -100,6 +106,23 @@ def _late_upstream_commit(nightly_home: Path, env: dict[str, str]) -> None:
     )
 
 
+def _break_a_gpu_unit_test(nightly_home: Path, env: dict[str, str]) -> None:
+    """A commit dated inside GPU_FAILED_NIGHT that adds a failing unit test to nightlygpu."""
+    upstream = nightly_home / "git" / "sample" / "nightlygpu"
+    with (upstream / "tests" / "test_unit.py").open("a") as tests:
+        tests.write(
+            "\n\n@pytest.mark.unit\ndef test_broken_tonight():\n"
+            "    assert nightlygpu.matmul_flops(1, 1, 1) == 3, 'broken by the commit of the night'\n"
+        )
+    when = f"{GPU_FAILED_NIGHT}T12:00:00Z"
+    git_env = {**env, "GIT_AUTHOR_DATE": when, "GIT_COMMITTER_DATE": when}
+    git_env |= {"GIT_AUTHOR_NAME": "late", "GIT_AUTHOR_EMAIL": "l@x", "GIT_COMMITTER_NAME": "late"}
+    git_env |= {"GIT_COMMITTER_EMAIL": "l@x"}
+    subprocess.run(
+        ["git", "-C", str(upstream), "commit", "-q", "-am", "a unit test that fails"], env=git_env, check=True
+    )
+
+
 @pytest.fixture(scope="module")
 def ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UI]:
     if not Path(CHROMIUM).exists():
@@ -132,7 +155,16 @@ def ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UI]:
         assert done.returncode == 1, done.stdout + done.stderr
         row = store.night(NightKey("demo", dt.date.fromisoformat(night), "cpu"))
         assert row is not None and row.status == "failure"
-        first_runs[night], pins[night] = row.run_id, row.pins
+        first_runs[night], pins[night] = store.night_runs(row.key)[0].run_id, row.pins
+    for pipeline, night, rc in (("demo", GOOD_NIGHT, 0), ("demo_gpu", GPU_GOOD_NIGHT, 0)):
+        done = _cli(env, "run", pipeline, "--night", night)
+        assert done.returncode == rc, done.stdout + done.stderr
+    _break_a_gpu_unit_test(nightly_home, env)
+    done = _cli(env, "run", "demo_gpu", "--night", GPU_FAILED_NIGHT)
+    assert done.returncode == 1, done.stdout + done.stderr
+    row = store.night(NightKey("demo_gpu", dt.date.fromisoformat(GPU_FAILED_NIGHT), "gpu"))
+    assert row is not None and row.status == "failure"
+    first_runs[GPU_FAILED_NIGHT], pins[GPU_FAILED_NIGHT] = store.night_runs(row.key)[0].run_id, row.pins
     store.dispose()
     _late_upstream_commit(nightly_home, env)
 
@@ -246,13 +278,18 @@ def test_the_lineage_of_every_pipeline_renders(page, ui):
 
 
 def test_a_failed_night_is_failed_on_its_test_report(page, ui):
-    """The failed night's partition of its test report shows its evidence, and reads as failed:
-    the verdict says FAILED, its run failed and its blocking check failed."""
+    """The failed night's partition of its test report reads Failed, in the partitions bar and on the
+    partition; its run link opens the step failure with the evidence (verdict, failing test with its
+    message, links to the reports); its blocking check failed; its summary is materialized."""
     night = FAILED_NIGHTS[0]
     open_page(page, ui, f"/assets/demo/tests_unit?view=partitions&partition={night}|cpu")
-    page.get_by_text("verdict", exact=True).wait_for()
+    page.get_by_text("failed, and did not materialize this asset", exact=False).wait_for()
     text = page.locator("body").inner_text()
     assert f"{night}|cpu" in text
+    assert f"Failed ({len(FAILED_NIGHTS)})" in text  # the partitions bar counts them failed
+    page.get_by_role("button", name="View logs").click()  # the run's step failure: the evidence
+    page.get_by_text("verdict", exact=True).first.wait_for()
+    text = page.locator("body").inner_text()
     assert "FAILED: " in text and "1 failed of" in text  # the verdict, with the counts below it
     assert "tests.test_reduce::test_mean" in text and "assert 4.0 == 3.0" in text  # with its message
     link = page.locator('a[href$="/tests_unit/pytest.log"]').first
@@ -269,39 +306,66 @@ def test_a_failed_night_is_failed_on_its_test_report(page, ui):
         assert "Failed" in row.first.inner_text()
         assert "tests.test_reduce::test_mean" in row.first.inner_text()
     instance = ui.instance()
-    for night in FAILED_NIGHTS:  # the run that materialized the report failed there
-        suite = dg.AssetKey(["demo", "tests_unit"])
-        report = dg.AssetRecordsFilter(asset_key=suite, asset_partitions=[f"{night}|cpu"])
-        [record] = instance.fetch_materializations(report, limit=1).records
-        run = instance.get_run_by_id(record.run_id)
-        assert run is not None and run.status == dg.DagsterRunStatus.FAILURE
+    defs_partitions = dg.MultiPartitionsDefinition(
+        {
+            "night": dg.DailyPartitionsDefinition("2026-11-01"),
+            "target": dg.StaticPartitionsDefinition(["cpu"]),
+        }
+    )
+    for night in FAILED_NIGHTS:  # Dagster's own state: Failed, not materialized; the summary is
+        partition = f"{night}|cpu"
+        suite, summary = dg.AssetKey(["demo", "tests_unit"]), dg.AssetKey(["demo", "night_summary"])
+        assert partition not in instance.get_materialized_partitions(suite)
+        status = instance.get_status_by_partition(suite, [partition], defs_partitions) or {}
+        assert status.get(partition) == AssetPartitionStatus.FAILED
+        assert partition in instance.get_materialized_partitions(summary)
 
 
-def test_the_alerts_sent_are_on_the_night_summary(page, ui):
-    """Each alert that went out is an observation of its night's summary: its text and where it went."""
-    open_page(page, ui, "/assets/demo/night_summary?view=events")
-    observations = page.get_by_role("img", name="observation")
-    observations.first.wait_for()
-    texts = []
-    for index in range(observations.count()):
-        observations.nth(index).click()
-        page.get_by_text("sent_to", exact=True).wait_for()
-        texts.append(page.locator("body").inner_text())
-    text = next(t for t in texts if f"demo night {FAILED_NIGHTS[0]} cpu failed" in t)
-    assert f"Partition {FAILED_NIGHTS[0]}|cpu observed" in text
-    assert f"file {ui.nightly_home / 'alerts.jsonl'}" in text
-    assert "tests.test_reduce::test_mean" in text
+def test_the_alerts_sent_are_on_the_night_summary_as_failed_checks(page, ui):
+    """Each alert that went out shows on its night's summary as the night_alert check, failed (red
+    for an error alert), with its text, where it went and the run it is about."""
+    open_page(page, ui, "/assets/demo/night_summary?view=checks&checkDetail=night_alert")
+    page.get_by_text("Execution history", exact=True).click()
+    row = page.get_by_role("row").filter(has_text=f"{FAILED_NIGHTS[0]}|cpu")
+    row.first.wait_for()
+    shown = row.first.inner_text()
+    assert "Failed" in shown and f"demo night {FAILED_NIGHTS[0]} cpu failed" in shown
+    assert f"error alert sent to file {ui.nightly_home / 'alerts.jsonl'}" in shown
+    good = page.get_by_role("row").filter(has_text=f"{GOOD_NIGHT}|cpu")
+    assert "Passed" in good.first.inner_text() and "no alert was sent" in good.first.inner_text()
+    # The run it is about shows it too, among its failed checks, with where it went.
+    open_page(page, ui, f"/runs/{ui.first_runs[FAILED_NIGHTS[0]]}?logs=type%3AASSET_CHECK_EVALUATION")
+    page.get_by_text("Check night_alert failed", exact=False).first.wait_for()
+    assert f"file {ui.nightly_home / 'alerts.jsonl'}" in page.locator("body").inner_text()
+
+
+def _dialog_nights(page: Any, nights: list[str]) -> Any:
+    """The open launch dialog with `nights` x every target, "only failed and missing" ticked."""
+    dialog = page.get_by_role("dialog")
+    box = dialog.get_by_placeholder("ex: 2026-11-01", exact=False)
+    box.fill(", ".join(nights))
+    box.press("Enter")
+    dialog.get_by_role("button", name="All").nth(1).click()  # every target
+    dialog.get_by_text("Backfill only failed and missing partitions", exact=False).first.click()
+    return dialog
+
+
+def test_a_suites_own_dialog_picks_its_failed_and_missing_nights(page, ui):
+    """From the suite's own "Materialize…" (no release in the selection), "only failed and missing"
+    picks the failed nights and the missing one, not the good night."""
+    open_page(page, ui, "/assets/demo/tests_unit")
+    page.get_by_role("button", name="Materialize…").first.click()
+    dialog = _dialog_nights(page, [GOOD_NIGHT, *FAILED_NIGHTS, MISSING_NIGHT])
+    dialog.get_by_text("Only 3 failed and missing partitions", exact=False).wait_for()
+    dialog.get_by_role("button", name="Cancel", exact=True).click()
 
 
 def test_a_backfill_from_the_dialog_and_a_re_execution_from_failure_are_followed_up(page, ui):
     alerts_before = len(ui.alerts())
     open_page(page, ui, "/locations/nightly_assets/asset-groups/demo/lineage")
     page.get_by_text("Materialize all…", exact=True).click()
-    dialog = page.get_by_role("dialog")
-    nights = dialog.get_by_placeholder("ex: 2026-11-01", exact=False)
-    nights.fill(", ".join(FAILED_NIGHTS))
-    nights.press("Enter")
-    dialog.get_by_role("button", name="All").nth(1).click()  # every target
+    dialog = _dialog_nights(page, [GOOD_NIGHT, *FAILED_NIGHTS])  # the good night is left out
+    dialog.get_by_text(f"Only {len(FAILED_NIGHTS)} failed and missing partitions", exact=False).wait_for()
     dialog.get_by_role("button", name="Launch backfill").click()
 
     instance = ui.instance()
@@ -321,6 +385,8 @@ def test_a_backfill_from_the_dialog_and_a_re_execution_from_failure_are_followed
         assert row.run_id != ui.first_runs[night]
         stages = ui.store.stages(key)
         assert len(stages) == len({s.stage for s in stages}) == 11  # replaced, never duplicated
+        runs_of_night = ui.store.night_runs(key)  # the first run stays on record beside the backfill's
+        assert ui.first_runs[night] in {r.run_id for r in runs_of_night} and runs_of_night[0].current
         # the suites failed: the summary run judged the test health and wrote the summary
         assert {s.run_id for s in stages if s.stage not in ("flaky_tests", "night_summary")} == {
             next(r.run_id for r in runs if r.tags["dagster/partition"] == f"{night}|cpu")
@@ -349,6 +415,61 @@ def test_a_backfill_from_the_dialog_and_a_re_execution_from_failure_are_followed
     stages = {s.stage: s for s in ui.store.stages(key)}
     assert stages["tests_unit"].run_id == rerun.run_id and stages["tests_unit"].status == "failure"
     assert stages["sources"].run_id == failed.run_id  # from failure: the pinned checkout is reused
+
+
+def test_a_pipeline_without_release_backfills_its_failed_night_from_the_dialog(page, ui):
+    """demo_gpu has no release stage: "only failed and missing" still picks its failed night (and
+    the missing one, not the good one); the backfill re-runs the failed night on the night's pins,
+    its suite again, and the backfill page counts the suite failed and the stages before it done."""
+    alerts_before = len(ui.alerts())
+    open_page(page, ui, "/locations/nightly_assets/asset-groups/demo_gpu/lineage")
+    page.get_by_text("Materialize all…", exact=True).click()
+    dialog = _dialog_nights(page, [GPU_GOOD_NIGHT, GPU_FAILED_NIGHT, GPU_MISSING_NIGHT])
+    dialog.get_by_text("Only 2 failed and missing partitions", exact=False).wait_for()
+    dialog.get_by_role("button", name="Launch backfill").click()
+
+    instance = ui.instance()
+    gpu_backfills = lambda: [  # noqa: E731 - a query the wait repeats
+        b for b in instance.get_backfills() if "demo_gpu" in str(b.asset_selection)
+    ]
+    backfill = wait_for("the demo_gpu backfill", lambda: next(iter(gpu_backfills()), None))
+    runs = wait_for(
+        "both nights' runs to end",
+        lambda: finished(instance, dg.RunsFilter(tags={"dagster/backfill": backfill.backfill_id}), 2),
+    )
+    by_night = {r.tags["dagster/partition"]: r for r in runs}
+    assert set(by_night) == {f"{GPU_FAILED_NIGHT}|gpu", f"{GPU_MISSING_NIGHT}|gpu"}
+    failed_run = by_night[f"{GPU_FAILED_NIGHT}|gpu"]
+    assert failed_run.status == dg.DagsterRunStatus.FAILURE  # the night's code still fails
+    key = NightKey("demo_gpu", dt.date.fromisoformat(GPU_FAILED_NIGHT), "gpu")
+    wait_for("the night's summary", lambda: (row := ui.store.night(key)) and row.status != "running")
+    row = ui.store.night(key)
+    assert row is not None and row.pins == ui.pins[GPU_FAILED_NIGHT] and row.status == "failure"
+    stages = {s.stage: s for s in ui.store.stages(key)}
+    assert stages["tests_unit"].run_id == failed_run.run_id and stages["tests_unit"].status == "failure"
+    assert {r.run_id for r in ui.store.night_runs(key)} >= {
+        failed_run.run_id,
+        ui.first_runs[GPU_FAILED_NIGHT],
+    }
+    wait_for(
+        "the error alerts of both runs",
+        lambda: (
+            {a["run_id"] for a in ui.alerts()[alerts_before:] if a["severity"] == "error"}
+            == {r.run_id for r in runs}
+        ),
+    )
+
+    # The backfill page, per asset: partitions targeted, in progress, succeeded, failed.
+    open_page(page, ui, f"/runs/b/{backfill.backfill_id}?tab=overview")
+    assert _backfill_counts(page, "demo_gpu / sources") == ["2", "0", "2", "0"]
+    assert _backfill_counts(page, "demo_gpu / tests_unit") == ["2", "0", "0", "2"]
+
+
+def _backfill_counts(page: Any, asset: str) -> list[str]:
+    """The last four cells of the backfill page's row of `asset` (a virtualized table of divs)."""
+    row = page.locator("[class*=VirtualizedTable_row]").filter(has_text=asset).first
+    row.wait_for()
+    return row.inner_text().split()[-4:]
 
 
 def _re_execute_from_failure(page: Any, run_id: str) -> None:

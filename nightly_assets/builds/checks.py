@@ -7,6 +7,7 @@ from pathlib import Path
 import dagster as dg
 
 from nightly_assets.builds.wheel_metadata import wheel_problems
+from nightly_assets.words import plural
 
 WHEEL_METADATA_VALID = "wheel_metadata_valid"
 
@@ -31,6 +32,6 @@ def wheel_metadata_valid(key: dg.AssetKey, wheels: list[Path]) -> dg.AssetCheckR
         asset_key=key,
         passed=not problems,
         severity=dg.AssetCheckSeverity.ERROR,
-        description="; ".join(problems) or f"{len(wheels)} wheel(s) valid",
+        description="; ".join(problems) or f"{plural(len(wheels), 'wheel')} valid",
         metadata={"wheels": len(wheels)},
     )

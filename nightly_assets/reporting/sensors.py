@@ -30,6 +30,7 @@ from nightly_assets.reporting.missing_nights import alert_missing_nights
 from nightly_assets.reporting.night_runs import read_run
 from nightly_assets.reporting.resources import NotifierResource
 from nightly_assets.warehouse.resources import WarehouseResource
+from nightly_assets.words import plural
 
 if TYPE_CHECKING:  # what dg.define_asset_job returns; the class is not exported
     from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
@@ -67,9 +68,11 @@ def build_alert_sensors(
                 "night_status_repair sends it again"
             )
         if not done.record.nights:
-            return dg.SkipReason(f"run {run.run_id} materialized no night ({len(done.alerts)} alert(s))")
+            return dg.SkipReason(
+                f"run {run.run_id} materialized no night ({plural(len(done.alerts), 'alert')})"
+            )
         return summary_requests(done, jobs) or dg.SkipReason(
-            f"run {run.run_id}: {len(done.alerts)} alert(s); every night it touched has its summary"
+            f"run {run.run_id}: {plural(len(done.alerts), 'alert')}; every night it touched has its summary"
         )
 
     def follow_up_sensor(name: str, status: dg.DagsterRunStatus, description: str) -> dg.SensorDefinition:

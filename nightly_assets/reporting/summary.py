@@ -15,6 +15,7 @@ from nightly_assets.manifests import PerfBaselineManifest
 from nightly_assets.reporting.pytest_versions import pytest_lines
 from nightly_assets.results import CheckOutcome, NightKey, TestCase
 from nightly_assets.warehouse.rows import MachineCost, NightRun, TestVerdict
+from nightly_assets.words import plural
 
 if TYPE_CHECKING:
     from nightly_assets.warehouse.store import Warehouse
@@ -320,11 +321,6 @@ def _earlier_reports(summary: NightSummary) -> dict[str, str]:
         for suite, run_id in summary.suite_runs.items()
         if run_id and run_id != current
     }
-
-
-def plural(count: int, noun: str) -> str:
-    """ "1 night", "2 nights"."""
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
 def _cell(text: str, limit: int = CELL_CHARS) -> str:

@@ -15,6 +15,7 @@ from nightly_assets.results import BenchmarkResult
 from nightly_assets.stage_kinds.spec import StageKind, StageParams
 from nightly_assets.stages import StageSpec, recorded_stage
 from nightly_assets.warehouse.resources import WarehouseResource
+from nightly_assets.words import plural
 
 
 class BenchmarkSweepParams(StageParams):
@@ -79,7 +80,7 @@ def build_benchmark_sweep_asset(spec: StageSpec) -> dg.AssetsDefinition:
             )
             run.manifest.update(metric=metric, rows=[row_to_json(r) for r in rows])
             run.status = "failure" if failed else "success"
-            run.detail = f"{len(rows) - len(failed)}/{len(rows)} point(s) measured"
+            run.detail = f"{len(rows) - len(failed)} of {plural(len(rows), 'point')} measured"
         return dg.MaterializeResult(
             metadata={"points": len(rows), "failed_points": len(failed), "metric": metric}
         )

@@ -30,6 +30,7 @@ from nightly_assets.stage_kinds.perf_baseline import assess_tonight, detector_se
 from nightly_assets.stage_kinds.spec import ORCHESTRATOR, StageKind, StageParams
 from nightly_assets.stages import StageNotAvailable, StageRun, StageSpec, recorded_devices, recorded_stage
 from nightly_assets.warehouse.resources import WarehouseResource
+from nightly_assets.words import plural
 
 if TYPE_CHECKING:
     from nightly_assets.warehouse.store import Warehouse
@@ -84,7 +85,9 @@ def build_benchmarks_asset(spec: StageSpec) -> dg.AssetsDefinition:
                 runner = backend(run.runner_kind)
                 available = runner.gpu_count(work) if params.min_gpus else 0
                 if available < params.min_gpus:
-                    reason = f"needs {params.min_gpus} GPU(s), runner '{run.runner_name}' has {available}"
+                    reason = (
+                        f"needs {plural(params.min_gpus, 'GPU')}, runner '{run.runner_name}' has {available}"
+                    )
                     context.log.info(f"{spec.key.to_user_string()}: skipped: {reason}")
                     run.manifest.update(benchmarks={}, skipped=reason)
                     # Planned, as a GPU suite's collect-only on a CPU host: the stage succeeds saying so.

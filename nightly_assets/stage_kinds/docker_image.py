@@ -24,6 +24,7 @@ from nightly_assets.manifests import EnvironmentManifest, WheelsManifest
 from nightly_assets.stage_kinds.spec import StageKind
 from nightly_assets.stages import StageSpec, recorded_stage, stage_events
 from nightly_assets.warehouse.resources import WarehouseResource
+from nightly_assets.words import plural
 
 
 def build_docker_image_asset(spec: StageSpec) -> dg.AssetsDefinition:
@@ -71,7 +72,7 @@ def build_docker_image_asset(spec: StageSpec) -> dg.AssetsDefinition:
                     packages=top_level_names(wheels),
                     distributions=installed_distributions(python),
                 )
-                run.detail = f"virtualenv (no image: {unavailable}), {len(wheels)} wheel(s)"
+                run.detail = f"virtualenv (no image: {unavailable}), {plural(len(wheels), 'wheel')}"
                 metadata: dict[str, Any] = {
                     "mode": "venv",
                     "python": str(python),

@@ -22,6 +22,7 @@ from nightly_assets.manifests import WheelsManifest
 from nightly_assets.stage_kinds.spec import ORCHESTRATOR, RepoParams, StageKind
 from nightly_assets.stages import StageSpec, recorded_stage
 from nightly_assets.warehouse.resources import WarehouseResource
+from nightly_assets.words import plural
 
 
 class EnvironmentParams(RepoParams, SuiteDependencyParams, FrameworkStackParams):
@@ -63,7 +64,9 @@ def build_environment_asset(spec: StageSpec) -> dg.AssetsDefinition:
             run.manifest["installed"] = [w.name for w in wheels]
             run.manifest["packages"] = top_level_names(wheels)
             run.manifest["distributions"] = distributions = installed_distributions(python)
-            run.detail = f"{len(wheels)} wheel(s) installed" + (" with test dependencies" if tests else "")
+            run.detail = f"{plural(len(wheels), 'wheel')} installed" + (
+                " with test dependencies" if tests else ""
+            )
             if stack is not None:
                 run.detail += f" on {stack.python} (Python {stack.full_version})"
             context.log.info(f"environment ready: {python} (packages from {builder.package_sources()})")

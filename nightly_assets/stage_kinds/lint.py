@@ -12,6 +12,7 @@ from nightly_assets.process import run_command
 from nightly_assets.stage_kinds.spec import ORCHESTRATOR, RepoParams, StageKind
 from nightly_assets.stages import StageSpec, recorded_stage, stage_events
 from nightly_assets.warehouse.resources import WarehouseResource
+from nightly_assets.words import plural
 
 LINT_CLEAN = "lint_clean"
 
@@ -43,7 +44,7 @@ def build_lint_asset(spec: StageSpec) -> dg.AssetsDefinition:
             )
             findings = json.loads(result.output or "[]")
             run.manifest["findings"] = len(findings)
-            run.detail = f"{len(findings)} finding(s)"
+            run.detail = plural(len(findings), "finding")
             lines = [
                 f"{f['filename']}:{f['location']['row']}: {f['code']} {f['message']}" for f in findings[:50]
             ]

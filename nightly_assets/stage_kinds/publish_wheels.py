@@ -23,6 +23,7 @@ from nightly_assets.stages import (
     refuse_release_after_failure,
 )
 from nightly_assets.warehouse.resources import WarehouseResource
+from nightly_assets.words import plural
 
 RELEASE_TAG = "nightly/release"
 
@@ -73,7 +74,7 @@ def _to_folder(
     folder = indexes.local_folder(pipeline)
     run.manifest.update(index=index, published=[str(p) for p in published])
     run.artefact = str(folder)
-    run.detail = f"{len(published)} file(s) published to the local folder {folder}"
+    run.detail = f"{plural(len(published), 'file')} published to the local folder {folder}"
     if index != LOCAL:  # a laptop's `test` index: say so, the night did not reach a real one
         variables = INDEX_VARIABLES.get(index)
         run.detail += f" (index '{index}' is this folder here" + (
@@ -97,7 +98,7 @@ def _to_index(
     )
     run.artefact = publication.project_url()
     installed = ", ".join(f"{n}=={v}" for n, v in sorted(publication.installed.items()))
-    run.detail = f"{len(publication.uploaded)} file(s) uploaded to {publication.url}"
+    run.detail = f"{plural(len(publication.uploaded), 'file')} uploaded to {publication.url}"
     if publication.already_there:
         run.detail += f", {len(publication.already_there)} already there with the same content"
     run.detail += (

@@ -10,6 +10,7 @@ import dagster as dg
 
 from nightly_assets.artefacts.resources import ArtefactStoreResource
 from nightly_assets.catalog.suite import Suite
+from nightly_assets.devices.facts import DeviceFacts
 from nightly_assets.manifests import EnvironmentManifest
 from nightly_assets.results import NightKey, TestReport
 from nightly_assets.runners import backend
@@ -21,6 +22,7 @@ from nightly_assets.testing.confirm import confirm_failures
 from nightly_assets.testing.report_metadata import report_metadata
 from nightly_assets.testing.suite_params import TestSuiteParams
 from nightly_assets.warehouse.resources import WarehouseResource
+from nightly_assets.words import plural
 
 if TYPE_CHECKING:
     from nightly_assets.warehouse.store import Warehouse
@@ -95,7 +97,7 @@ def build_test_suite_asset(spec: StageSpec) -> dg.AssetsDefinition:
             run.status = "success" if passed.passed else "failure"
             if quarantined:
                 run.manifest["quarantined"] = sorted(quarantined)
-            run.detail = f"{report.count('passed')}/{report.total} passed" + _problems(report)
+            run.detail = _outcome_words(report, suite, run.target.arch, recorded_devices(run))
             run.detail += confirmation.summary()
             if not passed.passed:
                 run.failure = passed.description
@@ -119,16 +121,22 @@ def _failing_on(
     return {c.node_id for c in store.failed_cases(night, suite)}
 
 
-def _problems(report: TestReport) -> str:
-    """What went wrong, for the stage's one-line detail: " (2 failed, 1 error)", " (collect-only)"."""
+def _outcome_words(report: TestReport, suite: Suite, arch: str, devices: DeviceFacts | None) -> str:
+    """The stage's one-line detail: "9/10 passed (1 failed)", or for a suite that only collected
+    what happened and why: "2 collected, not run: needs 1 GPU, none here"."""
+    if report.collect_only:
+        if arch in suite.collect_only_on:
+            why = f"collect-only on {arch}"
+        else:
+            have = devices.count if devices is not None else 0
+            why = f"needs {plural(suite.min_gpus, 'GPU')}, " + (f"{have} here" if have else "none here")
+        return f"{report.count('collected')} collected, not run: {why}"
     failed, errors = report.count("failed"), report.count("error")
-    problems = []
-    if failed:
-        problems.append(f"{failed} failed")
+    problems = [f"{failed} failed"] if failed else []
     if errors:
-        problems.append(f"{errors} error" + ("s" if errors > 1 else ""))
-    return (f" ({', '.join(problems)})" if problems else "") + (
-        " (collect-only)" if report.collect_only else ""
+        problems.append(plural(errors, "error"))
+    return f"{report.count('passed')}/{report.total} passed" + (
+        f" ({', '.join(problems)})" if problems else ""
     )
 
 

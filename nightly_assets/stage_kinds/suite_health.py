@@ -19,6 +19,7 @@ from nightly_assets.testing import health, health_checks
 from nightly_assets.testing.health import SHOWN, Judged
 from nightly_assets.warehouse.resources import WarehouseResource
 from nightly_assets.warehouse.rows import TestVerdict
+from nightly_assets.words import plural
 
 
 class SuiteHealthParams(StageParams):
@@ -134,7 +135,7 @@ def _as_warning(check: dg.AssetCheckResult) -> dg.AssetCheckResult:
 
 
 def _nights(count: int) -> str:
-    return "1 night" if count == 1 else f"{count} nights"
+    return plural(count, "night")
 
 
 def _verdict(judged: Judged, spans: dict[SpanKey, dict[str, Any]]) -> TestVerdict:

@@ -51,6 +51,8 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Literal
 
+from nightly_assets.words import plural
+
 State = Literal["stable", "flaky", "broken", "insufficient"]
 RAN = frozenset({"passed", "failed", "error"})  # skipped (or collect-only "collected") is no evidence
 MIN_BLIPS = 2  # one-night failures that make a test flaky without same-commit evidence
@@ -295,7 +297,7 @@ def classify(
         f"; {len(history) - len(nights)} infra or skipped left out" if len(history) > len(nights) else ""
     )
     if len(nights) < min_nights:
-        reason = f"{len(nights)} usable nights, {min_nights} needed{left_out}"
+        reason = f"{plural(len(nights), 'usable night')}, {min_nights} needed{left_out}"
         return Verdict("insufficient", reason, flaky_evidence=len(evidence), pass_rate=pass_rate)
     reason = f"passed {sum(n.passes for n in nights)} of {runs} runs over {len(nights)} nights{left_out}"
     if evidence:  # one blip
