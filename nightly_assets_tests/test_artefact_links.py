@@ -307,3 +307,61 @@ def test_the_emulator_needs_no_credentials_and_publishing_works(nightly_home, tm
     assert links == {"pytest.log": gcs.object_url("nightly/demo/2026-11-07/cpu/tests_unit/pytest.log")}
     assert fetch(links["pytest.log"]) == "test_mean failed\n"
     assert adc.count == 0
+
+
+@pytest.mark.gcs
+def test_an_earlier_attempt_set_aside_keeps_its_reports_in_the_bucket(nightly_home, monkeypatch, gcs):
+    """A re-run's attempt of a stage replaces the stage's objects in the bucket; the earlier
+    attempt's reports are uploaded under .runs/<its run>/ first, so both stay one click away."""
+    from dagster_gcp import GCSResource
+
+    credentials._lookup.cache_clear()
+    store = GcsArtefactStoreResource(
+        root=str(nightly_home / "artefacts"),
+        gcs=GCSResource(project="nightly-test"),
+        bucket=gcs.bucket,
+        base_url=gcs.url,
+    )
+    stage = store.stage_dir(FAILED_NIGHT, "tests_unit")
+    (stage / "pytest.log").write_text("the first run: test_mean failed\n")
+    store.publish(FAILED_NIGHT, "tests_unit", store.reports(FAILED_NIGHT, "tests_unit"))
+    (stage / "venv").mkdir()
+    (stage / "venv" / "pyvenv.cfg").write_text("home = /usr\n")
+
+    aside = store.set_aside(FAILED_NIGHT, "tests_unit", "run-1")
+    assert aside is not None and not stage.exists()
+    stage = store.stage_dir(FAILED_NIGHT, "tests_unit", fresh=True)
+    (stage / "pytest.log").write_text("the re-run: passed\n")
+    store.publish(FAILED_NIGHT, "tests_unit", store.reports(FAILED_NIGHT, "tests_unit"))
+    store.keep_evidence_only(aside)
+    link = store.publish_aside(aside)
+
+    prefix = "nightly/demo/2026-11-07/cpu"
+    assert link.endswith(f"{gcs.bucket}/{prefix}/.runs/run-1/tests_unit/")
+    assert (
+        fetch(gcs.object_url(f"{prefix}/.runs/run-1/tests_unit/pytest.log"))
+        == "the first run: test_mean failed\n"
+    )
+    assert fetch(gcs.object_url(f"{prefix}/tests_unit/pytest.log")) == "the re-run: passed\n"
+    assert not (aside / "venv").exists() and (aside / "pytest.log").is_file()
+
+
+def test_an_attempt_without_results_puts_the_earlier_one_back(nightly_home, tmp_path):
+    store = resources_for("local", nightly_home)["artefacts"]
+    stage = store.stage_dir(FAILED_NIGHT, "sources")
+    (stage / "repo" / ".git").mkdir(parents=True)
+    (stage / "manifest.json").write_text('{"run_id": "run-1"}')
+    assert store.folder_run_id(FAILED_NIGHT, "sources") == "run-1"
+    aside = store.set_aside(FAILED_NIGHT, "sources", "run-1")
+    assert aside is not None
+    new = store.stage_dir(FAILED_NIGHT, "sources", fresh=True)
+    (new / "git.log").write_text("fatal: repository not found\n")
+
+    failed = store.put_back(FAILED_NIGHT, "sources", aside, "run-2")
+
+    assert (stage / "repo" / ".git").is_dir()  # the checkout the night's other stages point to
+    assert (failed / "git.log").read_text() == "fatal: repository not found\n"
+    assert failed == stage.parent / ".runs" / "run-2" / "sources"
+    assert not (stage.parent / ".runs" / "run-1").exists()  # nothing left behind
+    again = store.set_aside(FAILED_NIGHT, "sources", "run-2")  # the same run's second attempt
+    assert again == stage.parent / ".runs" / "run-2-2" / "sources"

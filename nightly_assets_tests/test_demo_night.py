@@ -154,10 +154,12 @@ def test_rerun_of_a_failed_night_uses_that_nights_pin_and_replaces_its_rows(nigh
     again = nights.run("2026-11-07")  # what a backfill of the failed night does
     assert not again.succeeded  # still the night's code, still the night's bug
     assert nights.store.nights("demo")[0].pins["nightlysample"] == pinned
-    # The same rows, replaced; the night's record of its runs grows by the re-run's outcomes.
+    # The same rows, replaced; the night's record of its runs and alerts grows by the re-run's.
     rows_after = nights.store.row_counts(key("2026-11-07"))
-    assert {**rows_after, "stage_runs": 0} == {**rows_before, "stage_runs": 0}
+    history = {"stage_runs": 0, "alerts": 0}
+    assert {**rows_after, **history} == {**rows_before, **history}
     assert rows_after["stage_runs"] == 2 * rows_before["stage_runs"]
+    assert rows_after["alerts"] == 2 * rows_before["alerts"] == 2  # one error alert a run
     runs = nights.store.night_runs(key("2026-11-07"))
     assert [r.run_id for r in runs] == [again.run.run_id, first.run.run_id]
     assert [c.name for c in nights.store.failed_cases(key("2026-11-07"), "tests_unit")] == ["test_mean"]

@@ -86,6 +86,7 @@ def test_report_recorded_twice_replaces_rows(warehouse: Warehouse) -> None:
         "culprits": 0,
         "costs": 0,
         "checks": 0,
+        "alerts": 0,
         "leases": 0,
         "device_facts": 0,
     }

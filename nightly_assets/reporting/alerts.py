@@ -14,7 +14,6 @@ from nightly_assets.partitions import partition_key
 from nightly_assets.reporting.night_runs import NightInRun, RunRecord
 from nightly_assets.reporting.resources import Alert, NotifierResource
 from nightly_assets.results import NightKey
-from nightly_assets.warehouse.access import utc_now
 from nightly_assets.warehouse.rows import SentAlert
 
 if TYPE_CHECKING:
@@ -133,7 +132,8 @@ def record_sent(
         destination = notifier.destination(alert)
         try:
             keys = alert_keys(catalog, alert)
-            sent = SentAlert(alert.run_id, alert.severity, alert.title, alert.text(), destination, utc_now())
+            now = dt.datetime.now(dt.UTC).replace(tzinfo=None)  # naive UTC, as the warehouse keeps times
+            sent = SentAlert(alert.run_id, alert.severity, alert.title, alert.text(), destination, now)
             for key in keys:
                 about_run = [sent]
                 if store is not None:
