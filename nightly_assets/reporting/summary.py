@@ -307,7 +307,8 @@ def run_found(run: NightRun) -> str:
         first = failed[0]
         why = next((line for line in (first.detail or "").splitlines() if line.strip()), "")
         return f"{first.stage} {first.status}" + (f": {why}" if why else "")
-    return f"{plural(len(run.outcomes), 'stage')} ran: " + ", ".join(o.stage for o in run.outcomes)
+    stages = list(dict.fromkeys(o.stage for o in run.outcomes))  # a summary written twice is one stage
+    return f"{plural(len(stages), 'stage')} ran: " + ", ".join(stages)
 
 
 def _earlier_reports(summary: NightSummary) -> dict[str, str]:
