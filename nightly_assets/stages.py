@@ -307,9 +307,10 @@ def recorded_stage(
         runner=runner,
         workdir=artefacts.stage_dir(key, stage, fresh=True),
     )
-    store.record_stage(key, stage, status="running", runner=runner_name, duration_s=0.0, run_id=run_id)
     started = time.monotonic()
     try:
+        # Inside: a warehouse that cannot take even this row puts the earlier attempt back too.
+        store.record_stage(key, stage, status="running", runner=runner_name, duration_s=0.0, run_id=run_id)
         yield run
     except BaseException as exc:
         interrupted = isinstance(exc, KeyboardInterrupt | dg.DagsterExecutionInterruptedError)
