@@ -9,6 +9,7 @@ import base64
 import getpass
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -138,15 +139,31 @@ def assert_no_vm_left(api: FakeTpuApi) -> None:
 
 
 def assert_suite_process_gone(vm_root: Path) -> None:
-    """The remote suite was stopped, not left running on the (shared) 'VM'."""
-    pid_files = list(vm_root.glob(f"nightly-runs/*/{PID_FILE}"))
-    assert len(pid_files) == 1
-    pid = int(pid_files[0].read_text())
+    """The remote suite was stopped, not left running on the (shared) 'VM'.
+
+    A suite stopped before its shell wrote the PID file (a loaded machine, a 2 s timeout) never
+    ran; either way no live process may still work in the VM's run folder.
+    """
+    runs = (vm_root / "nightly-runs").resolve()
     for _ in range(100):
-        if not Path(f"/proc/{pid}").exists() or "zombie" in _proc_state(pid):
+        if not _processes_working_in(runs):
             return
         time.sleep(0.05)
-    pytest.fail(f"the suite's process {pid} still runs")
+    pytest.fail(f"the suite's processes {_processes_working_in(runs)} still run in {runs}")
+
+
+def _processes_working_in(folder: Path) -> list[int]:
+    alive = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cwd = Path(os.readlink(proc / "cwd"))
+        except OSError:
+            continue
+        if cwd.is_relative_to(folder) and "zombie" not in _proc_state(int(proc.name)):
+            alive.append(int(proc.name))
+    return alive
 
 
 def _proc_state(pid: int) -> str:
@@ -358,6 +375,7 @@ def test_a_cancelled_run_still_deletes_its_vm(
         run_a_long_suite(make_vms(), target, suite_file, tmp_path, on_start=cancel)
     outcome = raised.value.tpu_outcome  # type: ignore[attr-defined]
     assert outcome.reason == "cancelled" and outcome.deleted_at is not None
+    assert len(list((tmp_path / "vm").glob(f"nightly-runs/*/{PID_FILE}"))) == 1  # it had started
     assert_suite_process_gone(tmp_path / "vm")
     assert_no_vm_left(tpu_api)
 
