@@ -162,12 +162,29 @@ def _container_address(engine: DockerEngine, service: str) -> str:
 
 
 def _location_loaded(deployment: Deployment) -> bool:
-    query = "{ workspaceOrError { ... on Workspace { locationEntries { name loadStatus } } } }"
+    """The code location is up with its definitions. Unreachable is waited out (the webserver asks
+    again every 10 s); any other load error fails here, naming it."""
+    query = (
+        "{ workspaceOrError { ... on Workspace { locationEntries { name loadStatus"
+        " locationOrLoadError { __typename ... on PythonError { message stack } } } } } }"
+    )
     try:
         entries = deployment.query(query)["workspaceOrError"]["locationEntries"]
     except (OSError, ValueError, AssertionError):
         return False
-    return any(e["name"] == LOCATION and e["loadStatus"] == "LOADED" for e in entries)
+    for entry in entries:
+        if entry["name"] != LOCATION or entry["loadStatus"] != "LOADED":
+            continue
+        error = entry["locationOrLoadError"] or {}
+        if error.get("__typename") != "PythonError":
+            return True
+        if "Unreachable" in error["message"] or "Could not reach" in error["message"]:
+            return False
+        stack = "".join(error.get("stack") or [])
+        pytest.fail(
+            f"the code location loaded with an error: {error['message']}\n{stack}\n{_diagnose(deployment)}"
+        )
+    return False
 
 
 def _failures(deployment: Deployment, run_id: str) -> list[str]:
@@ -272,7 +289,7 @@ def _launch_night(deployment: Deployment, night: str) -> str:
         "query($g: AssetGroupSelector) { assetNodes(group: $g) { assetKey { path } } }",
         {"g": {"groupName": "demo", "repositoryName": "__repository__", "repositoryLocationName": LOCATION}},
     )["assetNodes"]
-    assert nodes, "the demo group has no assets in the webserver"
+    assert nodes, f"the demo group has no assets in the webserver\n{_diagnose(deployment)}"
     launched = deployment.query(
         "mutation($p: LaunchBackfillParams!) { launchPartitionBackfill(backfillParams: $p) {"
         " __typename ... on LaunchBackfillSuccess { backfillId } ... on PythonError { message } } }",

@@ -362,6 +362,16 @@ def test_runs_start_in_the_user_code_image(compose_config: dict[str, Any]) -> No
     workspace = yaml.safe_load((DEPLOY / "workspace.yaml").read_text())
     server = workspace["load_from"][0]["grpc_server"]
     assert (server["host"], server["port"]) == (USER_CODE, 4000)
+
+
+def test_the_webserver_and_daemon_wait_for_the_loaded_code_server(compose_config: dict[str, Any]) -> None:
+    """Started before the definitions load, the webserver shows the location unreachable for a while."""
+    check = compose_config["services"][USER_CODE]["healthcheck"]["test"]
+    assert check[-4:] == ["api", "grpc-health-check", "-p", "4000"]
+    for service in DAGSTER_SERVICES:
+        assert compose_config["services"][service]["depends_on"][USER_CODE] == {
+            "condition": "service_healthy"
+        }
     assert '"-p", "4000"' in (DEPLOY / "Dockerfile").read_text()
 
 

@@ -83,6 +83,10 @@ class OwnMariaDB:
         self.port = free_port()
         self.process: subprocess.Popen[bytes] | None = None
         data = root / "data"
+        # A tmpdir of its own: a MariaDB starting up deletes every #sql* file in its tmpdir, which
+        # in the shared /tmp are the temporary tables of another worker's mariadb-install-db.
+        self.tmpdir = root / "tmp"
+        self.tmpdir.mkdir(parents=True, exist_ok=True)
         installed = subprocess.run(
             [
                 "mariadb-install-db",
@@ -91,6 +95,7 @@ class OwnMariaDB:
                 "--user=root",
                 "--auth-root-authentication-method=normal",
                 "--skip-test-db",
+                f"--tmpdir={self.tmpdir}",
             ],
             capture_output=True,
             text=True,
@@ -115,6 +120,7 @@ class OwnMariaDB:
                 f"--socket={self.root / 'mysqld.sock'}",
                 f"--pid-file={self.root / 'mysqld.pid'}",
                 f"--port={self.port}",
+                f"--tmpdir={self.tmpdir}",
                 f"--bind-address={HOST}",
                 "--user=root",
                 "--skip-log-bin",
