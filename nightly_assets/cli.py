@@ -42,6 +42,11 @@ def main(argv: list[str] | None = None) -> int:
     status.add_argument("--pipeline", help="only this pipeline")
     status.add_argument("--json", action="store_true", help="machine-readable output")
     history_cli.add_parser(sub)
+    site = sub.add_parser(
+        "site",
+        help="build each pipeline's results site from the warehouse (after each night it updates itself)",
+    )
+    site.add_argument("--pipeline", help="only this pipeline")
     serve = sub.add_parser("serve", help="serve the artefact folders (logs, JUnit, summaries) over HTTP")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=3001)
@@ -100,13 +105,15 @@ def _command(args: argparse.Namespace, own_process: bool = False) -> int:
     for category in (dg.BetaWarning, dg.PreviewWarning):  # notes for Dagster's developers, not ours
         warnings.filterwarnings("ignore", category=category)
     # A night needs its own pipeline alone (the others' stage kinds stay unimported).
-    catalog = load_catalog(only=args.pipeline if args.command in ("run", "culprits") else None)
+    catalog = load_catalog(only=args.pipeline if args.command in ("run", "culprits", "site") else None)
     if args.command == "init":
         return cli_instance.init(catalog)
     if args.command == "serve":
         from nightly_assets.artefacts.serve import serve_artefacts
 
         return serve_artefacts(nightly_home() / "artefacts", args.host, args.port)
+    if args.command == "site":
+        return cli_queries.site(catalog)
     if args.command == "run":
         return cli_night.run(catalog, args.pipeline, args.night, args.target)
     return cli_night.culprits(catalog, args.pipeline, args.night, args.target)

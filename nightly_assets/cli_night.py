@@ -180,7 +180,9 @@ def culprits(catalog: Catalog, name: str, night_text: str, target: str | None) -
             succeeded, run = execute_partition(defs, inst, culprit_job_name(name), key, _say)
             done = follow_up_run(inst, run, catalog, resources.notifier, store)
             if done is not None:
-                record_sent(inst, catalog, done.alerts, resources.notifier, done.unsent, store)
+                record_sent(
+                    inst, catalog, done.alerts, resources.notifier, done.unsent, store, resources.artefacts
+                )
             for alert in done.alerts if done else []:
                 print(f"!! alert ({alert.severity}): {alert.title}")
             for found in store.culprits(key):

@@ -131,3 +131,17 @@ def status_rows(store: Any, pipelines: list[Pipeline | PipelineOutline]) -> list
         }
         for o in store.night_overviews([p.name for p in pipelines])
     ]
+
+
+def site(catalog: Catalog) -> int:
+    """`nightly site`: every pipeline's results site built from the warehouse, its link printed."""
+    from nightly_assets.resources import artefact_store
+    from nightly_assets.settings import nightly_env, nightly_home
+    from nightly_assets.site.publish import update_site
+
+    artefacts = artefact_store(nightly_env(), nightly_home())
+    with query_warehouse() as store:
+        for pipeline in catalog.pipelines.values():
+            build, link = update_site(pipeline, store, artefacts)
+            print(f"{pipeline.name}: {len(build.written)} files in {build.seconds:.1f} s, {link}")
+    return 0

@@ -79,7 +79,7 @@ def run_night(
 ) -> NightOutcome:
     """`resources`: the code location's resource definitions (`resources_for`); the notifier and the
     warehouse are resolved from them as a run would (EnvVars included)."""
-    wanted = {name: resources[name] for name in ("notifier", "warehouse")}
+    wanted = {name: resources[name] for name in ("notifier", "warehouse", "artefacts")}
     # On the run's instance: without one, Dagster makes an ephemeral instance for them each night.
     with dg.build_resources(wanted, instance=instance) as resolved:
         store = resolved.warehouse.store()
@@ -110,7 +110,7 @@ def _followed_up(
     cancelled = run.status == dg.DagsterRunStatus.CANCELED
     done = follow_up_run(instance, run, catalog, resolved.notifier, store)
     if done is not None:  # the UI shows what was sent, as under the daemon's sensors
-        record_sent(instance, catalog, done.alerts, resolved.notifier, done.unsent, store)
+        record_sent(instance, catalog, done.alerts, resolved.notifier, done.unsent, store, resolved.artefacts)
     summary_run = None
     alerts, unsent = (done.alerts, dict(done.unsent)) if done else ([], {})
     summaries, selections = (done.summaries, done.selections) if done else ([], {})
@@ -132,7 +132,15 @@ def _followed_up(
         # Its checks (the test health judged there) alert as the daemon's sensor would.
         summarized = follow_up_run(instance, summary_run, catalog, resolved.notifier, store)
         if summarized is not None:
-            record_sent(instance, catalog, summarized.alerts, resolved.notifier, summarized.unsent, store)
+            record_sent(
+                instance,
+                catalog,
+                summarized.alerts,
+                resolved.notifier,
+                summarized.unsent,
+                store,
+                resolved.artefacts,
+            )
             unsent |= {len(alerts) + i: why for i, why in summarized.unsent.items()}
             alerts = [*alerts, *summarized.alerts]
     run = instance.get_run_by_id(run.run_id) or run

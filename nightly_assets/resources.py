@@ -38,6 +38,8 @@ from nightly_assets.warehouse.resources import WarehouseResource
 # An install from the wheel has none: `nightly init` makes $NIGHTLY_HOME/wheelhouse instead.
 REPO_WHEELHOUSE = Path(__file__).resolve().parents[1] / ".wheelhouse"
 ARTEFACTS_BUCKET_VAR = "NIGHTLY_ARTEFACTS_BUCKET"
+# "0" (or false/no/off): the results site is not rebuilt after each night (`nightly site` builds it).
+RESULTS_SITE_VAR = "NIGHTLY_RESULTS_SITE"
 REGISTRY_ROLES = ("ecr", "acr")
 
 
@@ -237,8 +239,11 @@ def package_indexes(env: Env, home: Path) -> PackageIndexesResource:
 def artefact_store(env: Env, home: Path) -> ArtefactStoreResource:
     """Local folders served by `nightly serve`; in prod (or with a bucket set) GCS via dagster-gcp."""
     root = str(home / "artefacts")
+    site = os.environ.get(RESULTS_SITE_VAR, "1").strip().lower() not in ("0", "false", "no", "off")
     if env != "prod" and not os.environ.get(ARTEFACTS_BUCKET_VAR):
-        return ArtefactStoreResource(root=root, **env_settings(base_url="NIGHTLY_ARTEFACTS_URL"))
+        return ArtefactStoreResource(
+            root=root, results_site=site, **env_settings(base_url="NIGHTLY_ARTEFACTS_URL")
+        )
     # Only here: dagster-gcp imports BigQuery, pandas and pyarrow, which a host without a bucket never needs.
     from dagster_gcp import GCSResource
 
@@ -246,6 +251,7 @@ def artefact_store(env: Env, home: Path) -> ArtefactStoreResource:
 
     return GcsArtefactStoreResource(
         root=root,
+        results_site=site,
         gcs=GCSResource(**env_settings(project="NIGHTLY_GCP_PROJECT")),
         bucket=dg.EnvVar(ARTEFACTS_BUCKET_VAR),
         **env_settings(

@@ -386,7 +386,9 @@ def test_a_killed_night_is_repaired_by_the_sensor_and_the_next_run_says_so(
     monkeypatch.setenv("NIGHTLY_CATALOG_DIR", str(tmp_path / "catalog"))
     defs = build_definitions(tmp_path / "catalog")
     sensor = defs.resolve_sensor_def("night_status_repair")
-    resources = {name: resources_for("local", nightly_home)[name] for name in ("warehouse", "notifier")}
+    resources = {
+        name: resources_for("local", nightly_home)[name] for name in ("warehouse", "notifier", "artefacts")
+    }
     with dg.build_sensor_context(instance=instance, resources=resources) as context:
         [request] = sensor(context)
     assert (request.job_name, request.partition_key) == ("demo_summary", "2026-11-03|cpu")

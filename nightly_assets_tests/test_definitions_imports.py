@@ -22,6 +22,8 @@ RUN_TIME_ONLY = (
     "requests",  # the GitHub, registry and package-index clients
     "nightly_assets.culprits.search",
     "nightly_assets.batch.report",
+    "nightly_assets.site",  # the results site: Jinja, matplotlib, after a night's summary only
+    "matplotlib",
 )
 
 _LOADED = """

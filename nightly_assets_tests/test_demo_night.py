@@ -307,6 +307,7 @@ def test_failure_sensor_alerts_and_requests_the_summary_run(nights, tmp_path):
         resources={
             "notifier": FileNotifierResource(path=str(inbox)),
             "warehouse": nights.resources["warehouse"],
+            "artefacts": nights.resources["artefacts"],
         },
     ).for_run_failure() as context:
         [request] = sensor(context)

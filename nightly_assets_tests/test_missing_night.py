@@ -26,6 +26,7 @@ from dagster._core.test_utils import create_run_for_test, freeze_time
 from dagster._utils.error import SerializableErrorInfo
 from dagster_slack import SlackResource
 
+from nightly_assets.artefacts.resources import ArtefactStoreResource
 from nightly_assets.catalog.loader import load_catalog
 from nightly_assets.definitions import build_definitions
 from nightly_assets.reporting.alerts import PIPELINE_TAG
@@ -54,6 +55,7 @@ class Night:
         self.cursor: str | None = None
         self.notifier: NotifierResource | None = None  # None: the file inbox
         self.warehouse = WarehouseResource(url=f"sqlite:///{inbox_path.parent}/warehouse.sqlite")
+        self.artefacts = ArtefactStoreResource(root=str(inbox_path.parent / "artefacts"), results_site=False)
 
     def evaluate(self, when: dt.datetime) -> dg.SensorResult:
         """One evaluation at `when`, from the cursor the previous one left (as the daemon keeps it)."""
@@ -63,7 +65,7 @@ class Night:
             dg.build_sensor_context(
                 instance=self.instance,
                 cursor=self.cursor,
-                resources={"notifier": notifier, "warehouse": self.warehouse},
+                resources={"notifier": notifier, "warehouse": self.warehouse, "artefacts": self.artefacts},
             ) as context,
         ):
             result = self.sensor(context)

@@ -45,7 +45,11 @@ def test_the_failure_sensor_posts_to_slack_and_retries_after_an_outage(
             dagster_event=failure.dagster_event,
             dagster_instance=instance,
             dagster_run=outcome.run,
-            resources={"notifier": prod["notifier"], "warehouse": prod["warehouse"]},
+            resources={
+                "notifier": prod["notifier"],
+                "warehouse": prod["warehouse"],
+                "artefacts": prod["artefacts"],
+            },
         ).for_run_failure() as context:
             return sensor(context)
 
@@ -62,7 +66,11 @@ def test_the_failure_sensor_posts_to_slack_and_retries_after_an_outage(
     def evaluate_repair() -> object:
         with dg.build_sensor_context(
             instance=instance,
-            resources={"notifier": prod["notifier"], "warehouse": prod["warehouse"]},
+            resources={
+                "notifier": prod["notifier"],
+                "warehouse": prod["warehouse"],
+                "artefacts": prod["artefacts"],
+            },
         ) as context:
             return repair(context)
 

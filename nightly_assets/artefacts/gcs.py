@@ -146,6 +146,7 @@ def _content_type(path: Path) -> str:
         ".md": "text/markdown; charset=utf-8",
         ".json": "application/json",
         ".html": "text/html; charset=utf-8",
+        ".css": "text/css; charset=utf-8",  # the results site's stylesheet
         ".pdf": "application/pdf",
         ".png": "image/png",
         ".csv": "text/csv; charset=utf-8",

@@ -52,6 +52,10 @@ class ArtefactStoreResource(dg.ConfigurableResource):
     base_url: str = Field(
         default=DEFAULT_BASE_URL, description="Where `root` is served over HTTP (`nightly serve`)."
     )
+    results_site: bool = Field(
+        default=True,
+        description="Rebuild the pipeline's results site (`<pipeline>/site/`) after each night's summary.",
+    )
 
     def stage_dir(self, key: NightKey, stage: str, *, fresh: bool = False) -> Path:
         path = self._path(key, stage)
@@ -105,6 +109,11 @@ class ArtefactStoreResource(dg.ConfigurableResource):
         them (a bucket uploads them under `.runs/`, since the next attempt's replace the stage's)."""
         self._publish_in(aside, self._report_files(aside))
         return self._folder_link(aside)
+
+    def publish_files(self, folder: Path, files: Iterable[Path]) -> dict[str, str]:
+        """Links to `files` inside `folder` (anywhere under the root), published where the store
+        keeps them: a bucket uploads them (the results site's pages)."""
+        return self._publish_in(folder, files)
 
     def write_manifest(self, key: NightKey, stage: str, manifest: dict[str, Any]) -> Path:
         path = self.stage_dir(key, stage) / MANIFEST

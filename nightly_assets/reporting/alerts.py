@@ -17,6 +17,7 @@ from nightly_assets.results import NightKey
 from nightly_assets.warehouse.rows import SentAlert
 
 if TYPE_CHECKING:
+    from nightly_assets.artefacts.resources import ArtefactStoreResource
     from nightly_assets.warehouse.store import Warehouse
 
 _log = logging.getLogger(__name__)
@@ -117,13 +118,15 @@ def record_sent(
     notifier: NotifierResource,
     unsent: Collection[int] = (),
     store: Warehouse | None = None,
+    artefacts: ArtefactStoreResource | None = None,
 ) -> int:
     """Record each sent alert (all but the `unsent` indexes) where people look, as what it is:
     - in the warehouse, the night's record of its alerts (`store`);
     - as the `night_alert` check of its night's summary, on the night x target's partition:
       failed, ERROR for an error alert and WARN for a warning (red or yellow in the UI, never a
       success colour), with the alerts' texts, where they went and the run they are about; the
-      evaluation is an error or warning event in the log of that run.
+      evaluation is an error or warning event in the log of that run;
+    - on the pipeline's results site (its alerts page), when `artefacts` keeps one.
     A record that fails is logged: the alert went out all the same. Returns how many were recorded."""
     recorded = 0
     for index, alert in enumerate(alerts):
@@ -151,6 +154,13 @@ def record_sent(
             recorded += 1
         except Exception as exc:  # the event log's database: the alert was delivered all the same
             _log.warning(f"alert {alert.title!r} was sent but not recorded in the UI: {exc}")
+    if recorded and store is not None and artefacts is not None and artefacts.results_site:
+        from nightly_assets.site.publish import update_sites  # run time only: Jinja, matplotlib
+
+        shown = sorted(
+            {a.pipeline for i, a in enumerate(alerts) if i not in unsent and a.pipeline in catalog.pipelines}
+        )
+        update_sites([catalog.pipelines[name] for name in shown], store, artefacts, _log)
     return recorded
 
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import dagster as dg
 
+from nightly_assets.artefacts.resources import ArtefactStoreResource
 from nightly_assets.catalog.models import Catalog
 from nightly_assets.partitions import partition_key
 from nightly_assets.reporting.alerts import alerts_for_run, record_sent
@@ -53,13 +54,18 @@ def build_alert_sensors(
     jobs = {p: summary_job_name(p) for p in catalog.pipelines}
 
     def follow_up(
-        context: dg.RunStatusSensorContext, notifier: NotifierResource, warehouse: WarehouseResource
+        context: dg.RunStatusSensorContext,
+        notifier: NotifierResource,
+        warehouse: WarehouseResource,
+        artefacts: ArtefactStoreResource,
     ) -> list[dg.RunRequest] | dg.SkipReason:
         run = context.dagster_run
         done = follow_up_run(context.instance, run, catalog, notifier, warehouse.store())
         if done is None:
             return dg.SkipReason(f"run {run.run_id} was already followed up")
-        record_sent(context.instance, catalog, done.alerts, notifier, done.unsent, warehouse.store())
+        record_sent(
+            context.instance, catalog, done.alerts, notifier, done.unsent, warehouse.store(), artefacts
+        )
         for key, stages in done.ended.items():
             context.log.warning(f"{key}: {', '.join(stages)} left running by run {run.run_id}; ended")
         for index, why in done.unsent.items():
@@ -85,9 +91,12 @@ def build_alert_sensors(
             description=description,
         )
         def _sensor(
-            context: dg.RunStatusSensorContext, notifier: NotifierResource, warehouse: WarehouseResource
+            context: dg.RunStatusSensorContext,
+            notifier: NotifierResource,
+            warehouse: WarehouseResource,
+            artefacts: ArtefactStoreResource,
         ) -> list[dg.RunRequest] | dg.SkipReason:
-            return follow_up(context, notifier, warehouse)
+            return follow_up(context, notifier, warehouse, artefacts)
 
         return _sensor
 
@@ -118,7 +127,10 @@ def build_alert_sensors(
         "was down), and writes the summary of any night left `running` after all of its runs ended.",
     )
     def night_status_repair(
-        context: dg.SensorEvaluationContext, notifier: NotifierResource, warehouse: WarehouseResource
+        context: dg.SensorEvaluationContext,
+        notifier: NotifierResource,
+        warehouse: WarehouseResource,
+        artefacts: ArtefactStoreResource,
     ) -> list[dg.RunRequest] | dg.SkipReason:
         store = warehouse.store()
         requests = []
@@ -128,13 +140,13 @@ def build_alert_sensors(
                 still = resend_unsent_alerts(context.instance, run, catalog, notifier)
                 alerts = alerts_for_run(read_run(context.instance, run, catalog), catalog)
                 not_sent_now = set(range(len(alerts))) - wanted | set(still)
-                record_sent(context.instance, catalog, alerts, notifier, not_sent_now, store)
+                record_sent(context.instance, catalog, alerts, notifier, not_sent_now, store, artefacts)
                 context.log.info(f"run {run.run_id}: unsent alerts sent again, {len(still)} still unsent")
                 continue
             context.log.warning(f"run {run.run_id}: its follow-up failed earlier; following it up again")
             done = follow_up_run(context.instance, run, catalog, notifier, store)
             if done is not None:
-                record_sent(context.instance, catalog, done.alerts, notifier, done.unsent, store)
+                record_sent(context.instance, catalog, done.alerts, notifier, done.unsent, store, artefacts)
                 requests.extend(summary_requests(done, jobs))
         for night in store.nights(status="running"):
             if night.pipeline not in catalog.pipelines:
@@ -180,7 +192,10 @@ def build_missing_night_sensor(
         "daemon down at its tick, or the night's run ended without a summary.",
     )
     def missing_night_alerts(
-        context: dg.SensorEvaluationContext, notifier: NotifierResource, warehouse: WarehouseResource
+        context: dg.SensorEvaluationContext,
+        notifier: NotifierResource,
+        warehouse: WarehouseResource,
+        artefacts: ArtefactStoreResource,
     ) -> dg.SensorResult:
         origin = context.code_location_origin
         judged = alert_missing_nights(
@@ -192,7 +207,12 @@ def build_missing_night_sensor(
             location=origin.location_name if origin else None,
         )
         record_sent(
-            context.instance, catalog, judged.sent, notifier, store=_store_or_none(context, warehouse)
+            context.instance,
+            catalog,
+            judged.sent,
+            notifier,
+            store=_store_or_none(context, warehouse),
+            artefacts=artefacts,
         )
         for title, why in judged.unsent.items():
             context.log.error(f"alert {title!r} was not sent ({why}); the next evaluation sends it again")

@@ -81,6 +81,12 @@ def build_night_summary_asset(spec: StageSpec) -> dg.AssetsDefinition:
                 run.manifest["issue"] = issue
             pruned = _prune_artefacts(context, artefacts, store, run.key, spec.pipeline.retention_days)
             run.manifest["pruned"] = pruned
+            if artefacts.results_site:
+                from nightly_assets.site.publish import update_site_after_night  # run time only
+
+                site = update_site_after_night(spec.pipeline, store, artefacts, run.key, context.log)
+                if site is not None:
+                    run.manifest["site"] = site
         # The alerts sent about the run this summary is written for (a failed run's went out
         # before its summary run), shown as what they are; later ones are added as they are sent.
         summarized = context.run.tags.get(SUMMARY_OF_TAG) or context.run.run_id
@@ -96,6 +102,11 @@ def build_night_summary_asset(spec: StageSpec) -> dg.AssetsDefinition:
                 **run.link_metadata(),
                 **{f"issue/{k}": v for k, v in issue.items()},
                 "pruned_artefacts": dg.MetadataValue.json(pruned),
+                **(
+                    {"results_site": dg.MetadataValue.url(run.manifest["site"])}
+                    if "site" in run.manifest
+                    else {}
+                ),
             },
         )
 

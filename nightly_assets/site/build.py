@@ -1,0 +1,101 @@
+"""A pipeline's results site written into the artefact store (``<root>/<pipeline>/site/``): the
+pages, their stylesheet, and the night results as JSON (``results_json.py``). Each file is written
+whole and renamed into place, so a reader never sees half a page; a night rebuilds the pages and
+only its own JSON file."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from nightly_assets.catalog.models import Pipeline
+from nightly_assets.results import NightKey
+from nightly_assets.site import results_json
+from nightly_assets.site.data import read_site_data
+from nightly_assets.site.pages import FolderUrl, Page, SiteRenderer
+from nightly_assets.warehouse.store import Warehouse
+
+SITE_FOLDER = "site"
+# Test pages beyond these many (the most failing first) would make one night's update slower than
+# the nights they describe; the health page still lists every failed test.
+MAX_TEST_PAGES = 300
+TEST_HISTORY_NIGHTS = 60
+
+
+@dataclass
+class SiteBuild:
+    folder: Path
+    written: list[str] = field(default_factory=list)  # paths relative to the folder
+    seconds: float = 0.0
+
+    @property
+    def index(self) -> Path:
+        return self.folder / "index.html"
+
+
+def site_folder(artefact_root: Path, pipeline: str) -> Path:
+    return artefact_root / pipeline / SITE_FOLDER
+
+
+def build_site(
+    pipeline: Pipeline,
+    store: Warehouse,
+    artefact_root: Path,
+    folder_url: FolderUrl,
+    *,
+    night: NightKey | None = None,
+    now: dt.datetime | None = None,
+) -> SiteBuild:
+    """Write the pipeline's pages; the JSON of `night` (or of every night shown when None)."""
+    started = time.monotonic()
+    data = read_site_data(pipeline, store, now=now)
+    renderer = SiteRenderer(data, folder_url)
+    build = SiteBuild(site_folder(artefact_root, pipeline.name))
+    # Every flaky or broken test gets its page; failed tests the most failing first, up to the cap.
+    judged = sorted({(v.suite, v.test_id) for verdicts in data.verdicts.values() for v in verdicts})
+    failed = [(f.suite, f.test_id) for f in data.failed_tests if (f.suite, f.test_id) not in set(judged)]
+    paged = judged + failed[: max(0, MAX_TEST_PAGES - len(judged))]
+    pages: list[Page] = [
+        renderer.grid(),
+        renderer.health(set(paged)),
+        renderer.perf(),
+        renderer.cost(),
+        renderer.alerts(),
+    ]
+    for suite, test_id in paged:
+        runs = store.test_history(pipeline.name, suite, test_id, limit=TEST_HISTORY_NIGHTS)
+        pages.append(renderer.history_page(suite, test_id, runs, TEST_HISTORY_NIGHTS))
+    for page in pages:
+        _write(build, page.path, page.html)
+    _write(
+        build, "site.css", resources.files("nightly_assets.site").joinpath("templates/site.css").read_text()
+    )
+    keys = [night] if night is not None else [o.night.key for o in data.nights]
+    for key in keys:
+        overview = next((o for o in data.nights if o.night.key == key), None)
+        if overview is not None:
+            document = results_json.night_document(overview, data, store, folder_url)
+            _write(build, results_json.night_path(key), results_json.dumps(document))
+    _write(build, results_json.INDEX, results_json.dumps(results_json.index_document(data)))
+    build.seconds = time.monotonic() - started
+    return build
+
+
+def _write(build: SiteBuild, relative: str, text: str) -> None:
+    path = build.folder / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".", suffix=".part")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    build.written.append(relative)

@@ -1,0 +1,236 @@
+"""The results site built from a warehouse: a month of nights of a pipeline written row by row as
+nights write them (a failed night, a flaky and a broken test, a benchmark that steps up on one
+night and moves to a new card on another, TPU costs, alerts), then each page and the JSON read
+back as a person and a HUD would."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import defusedxml.ElementTree as defused
+import pytest
+
+from nightly_assets.catalog.loader import load_catalog
+from nightly_assets.catalog.models import Pipeline
+from nightly_assets.devices.facts import DeviceFacts
+from nightly_assets.results import BenchmarkResult, NightKey, TestCase, TestReport
+from nightly_assets.site.build import build_site
+from nightly_assets.site.pages import SCHEMA, history_page_path
+from nightly_assets.warehouse.rows import MachineCost, Regression, SentAlert, TestVerdict
+from nightly_assets.warehouse.store import Warehouse
+from nightly_assets.warehouse.tables import node_key
+
+FIRST = dt.date(2026, 10, 1)
+NIGHTS = 30
+FAILED_NIGHT = dt.date(2026, 10, 20)  # test_mean broken from here on
+STEP_NIGHT = dt.date(2026, 10, 12)  # matmul 1.0 s -> 1.5 s
+NEW_CARD_NIGHT = dt.date(2026, 10, 25)  # H100 -> H200
+BASE = "http://artefacts.example:3001"
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def folder_url(key: NightKey, stage: str) -> str:
+    return f"{BASE}/{key.pipeline}/{key.night}/{key.target}/{stage}/"
+
+
+@pytest.fixture(scope="module")
+def demo() -> Pipeline:
+    return load_catalog(only="demo").pipelines["demo"]
+
+
+@pytest.fixture(scope="module")
+def site(demo: Pipeline, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("site")
+    store = Warehouse(f"sqlite:///{root}/warehouse.sqlite")
+    try:
+        _fill(store, demo)
+        build_site(demo, store, root / "artefacts", folder_url, now=dt.datetime(2026, 10, 31, 6))
+    finally:
+        store.dispose()
+    return root / "artefacts" / "demo" / "site"
+
+
+def _fill(store: Warehouse, demo: Pipeline) -> None:
+    h100 = DeviceFacts(vendor="nvidia", model="NVIDIA H100", count=1, memory_mib=81559, driver="580.1")
+    h200 = DeviceFacts(vendor="nvidia", model="NVIDIA H200", count=1, memory_mib=143771, driver="580.1")
+    for offset in range(NIGHTS):
+        night = FIRST + dt.timedelta(days=offset)
+        key = NightKey("demo", night, "cpu")
+        run_id = f"run-{offset:02d}"
+        broken = night >= FAILED_NIGHT
+        flaky_fails = offset % 4 == 1
+        cases = (
+            TestCase(
+                "tests.test_reduce",
+                "test_mean",
+                "failed" if broken else "passed",
+                0.01,
+                "assert 4.0 == 3.0" if broken else None,
+            ),
+            TestCase(
+                "tests.test_io",
+                "test_read",
+                "failed" if flaky_fails else "passed",
+                0.02,
+                "timeout <script>" if flaky_fails else None,
+            ),
+            TestCase("tests.test_io", "test_write", "passed", 0.02),
+        )
+        failed = broken or flaky_fails
+        for stage in demo.stages:
+            status = "failure" if stage.name == "tests_unit" and failed else "success"
+            store.record_stage(
+                key, stage.name, status=status, runner="local", duration_s=30.0 + offset, run_id=run_id
+            )
+        store.record_test_report(key, TestReport("tests_unit", cases), run_id=run_id)
+        devices = h200 if night >= NEW_CARD_NIGHT else h100
+        value = (1.5 if night >= STEP_NIGHT else 1.0) + 0.01 * (offset % 3)
+        store.record_benchmarks(key, [BenchmarkResult("matmul_64", value)], devices=devices)
+        store.record_device_facts(key, "benchmarks", "local", devices)
+        store.record_cost(key, MachineCost("tests_tpu", "nodes/n1", "v6e-1", 1800.0, 0.64, 0.32, "completed"))
+        store.record_night(
+            key, run_id=run_id, status="failure" if failed else "success", pins={"sample": f"{offset:040x}"}
+        )
+    last = NightKey("demo", FIRST + dt.timedelta(days=NIGHTS - 1), "cpu")
+    store.record_verdicts(
+        last,
+        [
+            TestVerdict(
+                "tests_unit",
+                node_key("tests.test_reduce::test_mean"),
+                "tests.test_reduce::test_mean",
+                "broken",
+                "failed 11 nights in a row",
+                0.0,
+                False,
+                False,
+                FAILED_NIGHT,
+                FAILED_NIGHT - dt.timedelta(days=1),
+                {"sample": {"good": "a" * 40, "bad": "b" * 40, "commits": []}},
+            ),
+            TestVerdict(
+                "tests_unit",
+                node_key("tests.test_io::test_read"),
+                "tests.test_io::test_read",
+                "flaky",
+                "passed on re-run",
+                0.75,
+                True,
+                False,
+                None,
+                None,
+                {},
+            ),
+        ],
+    )
+    store.record_regressions(
+        NightKey("demo", STEP_NIGHT, "cpu"),
+        [
+            Regression(
+                "demo",
+                STEP_NIGHT,
+                "cpu",
+                "matmul_64",
+                STEP_NIGHT,
+                STEP_NIGHT - dt.timedelta(days=1),
+                1.0,
+                1.5,
+                "s",
+                True,
+                {},
+            )
+        ],
+    )
+    sent = dt.datetime(2026, 10, 20, 7, 5)
+    store.record_alert(
+        NightKey("demo", FAILED_NIGHT, "cpu"),
+        SentAlert("run-19", "error", "demo 2026-10-20 failed", "tests_unit: 1 failed <b>", "#nightly", sent),
+    )
+
+
+def test_the_nights_grid_shows_each_night_newest_first_with_failed_cells_linked_to_their_evidence(
+    site: Path,
+) -> None:
+    html = (site / "index.html").read_text()
+    nights = [FIRST + dt.timedelta(days=n) for n in range(NIGHTS)]
+    positions = [html.index(f">{night.isoformat()}</a>") for night in reversed(nights)]
+    assert positions == sorted(positions), "newest night first"
+    failed_cell = f'<td class="s-failure"><a href="{BASE}/demo/{FAILED_NIGHT}/cpu/tests_unit/"'
+    assert failed_cell in html
+    assert "2/3 passed" in html
+    assert "1 broken test, 1 flaky test" in html  # the verdicts' night carries the marks
+    assert "1x NVIDIA H200" in html  # the device configuration of the night
+
+
+def test_test_health_names_broken_and_flaky_tests_with_pages_of_their_history(site: Path) -> None:
+    html = (site / "health.html").read_text()
+    assert "tests.test_reduce::test_mean" in html and f"<td>{FAILED_NIGHT}</td>" in html
+    assert "75% passed" in html  # the flaky test's pass rate
+    assert "33.3% of 3 tests" in html and "(over the limit)" in html  # 1 flaky of 3 > 5 %
+    page = site / history_page_path("tests_unit", "tests.test_reduce::test_mean")
+    history = page.read_text()
+    assert history.count('class="s-failed"') == 11 and history.count('class="s-passed"') == 19
+    assert (
+        "timeout &lt;script&gt;"
+        in (site / history_page_path("tests_unit", "tests.test_io::test_read")).read_text()
+    )
+
+
+def test_the_trend_chart_marks_the_step_and_the_new_card_and_titles_every_point(site: Path) -> None:
+    html = (site / "perf.html").read_text()
+    svg_text = html[html.index("<svg") : html.index("</svg>") + len("</svg>")]
+    svg = defused.fromstring(svg_text)
+    assert svg.get("role") == "img" and svg.get("aria-label") == "matmul_64 on cpu"
+    titles = [t.text or "" for t in svg.iter(f"{SVG}title")]
+    assert len(titles) == 1 + NIGHTS  # the chart's own, then one per point
+    assert titles[1].startswith("2026-10-01: 1 s (sample@0000000000)")
+    assert f"{STEP_NIGHT}: worse, 1 → 1.5 s (last good {STEP_NIGHT - dt.timedelta(days=1)})" in html
+    assert "1 confirmed change, 1 configuration change" in html
+    assert "<script" not in html
+
+
+def test_costs_add_up_by_month_against_the_per_run_budget(site: Path) -> None:
+    html = (site / "cost.html").read_text()
+    assert "<td>2026-10</td><td>15.00</td><td>9.60</td><td>30</td>" in html  # 30 x 0.5 h, 30 x 0.32 USD
+
+
+def test_alerts_are_listed_escaped_with_their_night(site: Path) -> None:
+    html = (site / "alerts.html").read_text()
+    assert "demo 2026-10-20 failed" in html and "tests_unit: 1 failed &lt;b&gt;" in html
+    assert f'href="{BASE}/demo/{FAILED_NIGHT}/cpu/night_summary/summary.md"' in html
+
+
+def test_the_results_json_is_the_documented_schema(site: Path) -> None:
+    index = json.loads((site / "results" / "index.json").read_text())
+    assert index["schema"] == SCHEMA and len(index["nights"]) == NIGHTS
+    newest = index["nights"][0]
+    night = json.loads((site / "results" / newest["path"]).read_text())
+    assert night["schema"] == SCHEMA and night["status"] == "failure" and night["night"] == newest["night"]
+    assert night["suites"]["tests_unit"]["failed"] >= 1
+    assert {
+        "suite": "tests_unit",
+        "test": "tests.test_reduce::test_mean",
+        "outcome": "failed",
+        "message": "assert 4.0 == 3.0",
+    } in night["failed_tests"]
+    assert [s["name"] for s in night["stages"]][:1] == ["sources"]
+
+
+def test_every_page_links_only_to_pages_that_exist_or_to_the_artefact_store(site: Path) -> None:
+    pages = sorted(site.rglob("*.html"))
+    assert len(pages) == 5 + 2  # the five pages and two test pages
+    for page in pages:
+        html = page.read_text()
+        for href in _hrefs(html):
+            if href.startswith((BASE, "data:", "#")):
+                continue
+            assert "://" not in href, (page, href)
+            assert (page.parent / href).resolve().exists(), (page.name, href)
+
+
+def _hrefs(html: str) -> list[str]:
+    import re
+
+    return re.findall(r'href="([^"]+)"', html)
