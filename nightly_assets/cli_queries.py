@@ -8,6 +8,7 @@ import contextlib
 import json
 import logging
 import os
+import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -138,10 +139,17 @@ def site(catalog: Catalog) -> int:
     from nightly_assets.resources import artefact_store
     from nightly_assets.settings import nightly_env, nightly_home
     from nightly_assets.site.publish import update_site
+    from nightly_assets.site.redaction import PublicSiteError
 
     artefacts = artefact_store(nightly_env(), nightly_home())
+    code = 0
     with query_warehouse() as store:
         for pipeline in catalog.pipelines.values():
-            build, link = update_site(pipeline, store, artefacts)
+            try:
+                build, link = update_site(pipeline, store, artefacts, log=logging.getLogger("nightly.site"))
+            except PublicSiteError as exc:  # the others are still built
+                print(f"nightly: {pipeline.name}: public results site not published: {exc}", file=sys.stderr)
+                code = 1
+                continue
             print(f"{pipeline.name}: {len(build.written)} files in {build.seconds:.1f} s, {link}")
-    return 0
+    return code

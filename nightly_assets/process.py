@@ -81,6 +81,11 @@ _SECRET_PREFIXES = (
 )
 
 
+def names_a_secret(name: str) -> bool:
+    """A variable whose name says it holds a credential (a token, password, key...)."""
+    return bool(_SECRET_WORDS.search(name.upper()))
+
+
 def secret_variable_problem(pattern: str) -> str | None:
     """Why a pass-through entry (a name, or a prefix ending in `*`) is refused; None: it may pass."""
     if not re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*)?\*?", pattern) or not pattern:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import defusedxml.ElementTree as defused
@@ -18,6 +19,7 @@ from nightly_assets.devices.facts import DeviceFacts
 from nightly_assets.results import BenchmarkResult, NightKey, TestCase, TestReport
 from nightly_assets.site.build import build_site
 from nightly_assets.site.pages import SCHEMA, history_page_path
+from nightly_assets.site.redaction import PublicSiteError
 from nightly_assets.warehouse.rows import MachineCost, Regression, SentAlert, TestVerdict
 from nightly_assets.warehouse.store import Warehouse
 from nightly_assets.warehouse.tables import node_key
@@ -234,3 +236,87 @@ def _hrefs(html: str) -> list[str]:
     import re
 
     return re.findall(r'href="([^"]+)"', html)
+
+
+# -- public sites ------------------------------------------------------------------------------
+
+PUBLIC_BASE = "https://results.example.org/artefacts"
+CANARIES = {
+    "SLACK_BOT_TOKEN": "xoxb-canary-5f1e0c2a9b",
+    "NIGHTLY_GITHUB_TOKEN": "ghp_canaryCANARYcanary0123456789",
+    "NIGHTLY_REGISTRY_ACR_PASSWORD": "canary-acr-7d3c1b",
+}
+LEAKY_MESSAGE = (
+    "ConnectionError: mysql://nightly:hunter2hunter2@db.corp.internal:3306 refused (10.20.30.40); "
+    f"token {CANARIES['SLACK_BOT_TOKEN']}; registry password {CANARIES['NIGHTLY_REGISTRY_ACR_PASSWORD']}"
+)
+
+
+@pytest.fixture
+def leaky_store(demo: Pipeline, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Warehouse]:
+    """The month of nights, and a last night whose failure and alert print secrets and hosts."""
+    for name, value in CANARIES.items():
+        monkeypatch.setenv(name, value)
+    store = Warehouse(f"sqlite:///{tmp_path}/warehouse.sqlite")
+    _fill(store, demo)
+    key = NightKey("demo", FIRST + dt.timedelta(days=NIGHTS - 1), "cpu")
+    leak = TestCase("tests.test_db", "test_connect", "failed", 0.1, LEAKY_MESSAGE)
+    store.record_test_report(key, TestReport("tests_unit", (leak,)), run_id="run-29")
+    alert = SentAlert(
+        "run-29",
+        "error",
+        "demo failed",
+        f"see {LEAKY_MESSAGE}",
+        "/home/ci/alerts.jsonl",
+        dt.datetime(2026, 10, 30, 7),
+    )
+    store.record_alert(key, alert)
+    yield store
+    store.dispose()
+
+
+def public_url(key: NightKey, stage: str) -> str:
+    return f"{PUBLIC_BASE}/{key.pipeline}/{key.night}/{key.target}/{stage}/"
+
+
+def test_a_public_site_holds_no_secret_private_host_or_destination_and_links_only_its_artefacts(
+    demo: Pipeline, leaky_store: Warehouse, tmp_path: Path
+) -> None:
+    public = demo.model_copy(update={"public": True})
+    build = build_site(public, leaky_store, tmp_path / "artefacts", public_url)
+    texts = {name: (build.folder / name).read_text() for name in build.written}
+    everything = "\n".join(texts.values())
+    for value in [
+        *CANARIES.values(),
+        "hunter2hunter2",
+        "db.corp.internal",
+        "10.20.30.40",
+        "/home/ci/alerts.jsonl",
+    ]:
+        assert value not in everything, value
+    assert "[redacted SLACK_BOT_TOKEN]" in texts["health.html"]
+    assert "mysql://[redacted credentials]@[internal host]:3306 refused ([private address])" in everything
+    for name, text in texts.items():
+        for href in _hrefs(text):
+            assert not href.startswith("http") or href.startswith(f"{PUBLIC_BASE}/demo/"), (name, href)
+
+
+def test_a_private_site_still_has_its_hosts_but_never_a_secret(
+    demo: Pipeline, leaky_store: Warehouse, tmp_path: Path
+) -> None:
+    build = build_site(demo, leaky_store, tmp_path / "artefacts", folder_url)
+    everything = "\n".join((build.folder / name).read_text() for name in build.written)
+    assert not any(value in everything for value in CANARIES.values())
+    assert "db.corp.internal" in everything and "/home/ci/alerts.jsonl" in everything  # the team's own
+
+
+def test_a_public_site_with_private_artefact_links_is_refused_naming_the_setting(
+    demo: Pipeline, leaky_store: Warehouse, tmp_path: Path
+) -> None:
+    public = demo.model_copy(update={"public": True})
+    with pytest.raises(PublicSiteError, match="NIGHTLY_ARTEFACTS_URL") as refused:
+        build_site(
+            public, leaky_store, tmp_path / "artefacts", lambda k, s: f"http://127.0.0.1:3001/{k}/{s}/"
+        )
+    assert "http://127.0.0.1:3001" in str(refused.value)
+    assert not (tmp_path / "artefacts").exists()  # nothing written

@@ -196,6 +196,9 @@ class Pipeline(StrictModel):
     stages: list[Stage] = Field(min_length=1)
     thresholds: Thresholds = Field(default_factory=Thresholds)
     github: GitHub | None = None
+    # The results site and its JSON may be read by anyone (seed 002: results open to the PyTorch
+    # community): published only with public artefact links, secrets and private hosts redacted.
+    public: bool = False
 
     @model_validator(mode="after")
     def _references(self) -> Pipeline:

@@ -6,6 +6,7 @@ only its own JSON file."""
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import os
 import tempfile
 import time
@@ -18,6 +19,14 @@ from nightly_assets.results import NightKey
 from nightly_assets.site import results_json
 from nightly_assets.site.data import read_site_data
 from nightly_assets.site.pages import FolderUrl, Page, SiteRenderer
+from nightly_assets.site.redaction import (
+    PublicSiteError,
+    Redactor,
+    check_public_links,
+    redact_all,
+    remaining,
+    secret_values,
+)
 from nightly_assets.warehouse.store import Warehouse
 
 SITE_FOLDER = "site"
@@ -50,12 +59,16 @@ def build_site(
     *,
     night: NightKey | None = None,
     now: dt.datetime | None = None,
+    log: logging.Logger | None = None,
 ) -> SiteBuild:
-    """Write the pipeline's pages; the JSON of `night` (or of every night shown when None)."""
+    """Write the pipeline's pages; the JSON of `night` (or of every night shown when None). Every
+    file is rendered and redacted before the first is written: a public site that cannot be
+    published as asked raises `PublicSiteError` and leaves the published one as it was."""
     started = time.monotonic()
+    if pipeline.public:
+        check_public_links(folder_url(NightKey(pipeline.name, dt.date(2000, 1, 1), "target"), "stage"))
     data = read_site_data(pipeline, store, now=now)
-    renderer = SiteRenderer(data, folder_url)
-    build = SiteBuild(site_folder(artefact_root, pipeline.name))
+    renderer = SiteRenderer(data, folder_url, public=pipeline.public)
     # Every flaky or broken test gets its page; failed tests the most failing first, up to the cap.
     judged = sorted({(v.suite, v.test_id) for verdicts in data.verdicts.values() for v in verdicts})
     failed = [(f.suite, f.test_id) for f in data.failed_tests if (f.suite, f.test_id) not in set(judged)]
@@ -70,18 +83,31 @@ def build_site(
     for suite, test_id in paged:
         runs = store.test_history(pipeline.name, suite, test_id, limit=TEST_HISTORY_NIGHTS)
         pages.append(renderer.history_page(suite, test_id, runs, TEST_HISTORY_NIGHTS))
-    for page in pages:
-        _write(build, page.path, page.html)
-    _write(
-        build, "site.css", resources.files("nightly_assets.site").joinpath("templates/site.css").read_text()
-    )
+    files = {page.path: page.html for page in pages}
+    files["site.css"] = resources.files("nightly_assets.site").joinpath("templates/site.css").read_text()
     keys = [night] if night is not None else [o.night.key for o in data.nights]
     for key in keys:
         overview = next((o for o in data.nights if o.night.key == key), None)
         if overview is not None:
             document = results_json.night_document(overview, data, store, folder_url)
-            _write(build, results_json.night_path(key), results_json.dumps(document))
-    _write(build, results_json.INDEX, results_json.dumps(results_json.index_document(data)))
+            files[results_json.night_path(key)] = results_json.dumps(document)
+    files[results_json.INDEX] = results_json.dumps(results_json.index_document(data))
+    redactor = Redactor(secret_values(), public=pipeline.public)
+    files, taken = redact_all(redactor, files)
+    if taken and log is not None:
+        log.warning(
+            "results site of %s: taken out before writing: %s",
+            pipeline.name,
+            "; ".join(sorted({f"{f.kind} ({f.path})" for f in taken})),
+        )
+    left = remaining(redactor, files.items())
+    if left:  # a redaction that uncovers another: refuse rather than publish it
+        raise PublicSiteError(
+            f"results site of {pipeline.name}: still holds {', '.join(f.kind for f in left)}"
+        )
+    build = SiteBuild(site_folder(artefact_root, pipeline.name))
+    for relative, text in files.items():
+        _write(build, relative, text)
     build.seconds = time.monotonic() - started
     return build
 

@@ -61,10 +61,11 @@ def commit_href(url: str, sha: str) -> str | None:
 class SiteRenderer:
     """Renders the pages of one pipeline's site from its data."""
 
-    def __init__(self, data: SiteData, folder_url: FolderUrl) -> None:
+    def __init__(self, data: SiteData, folder_url: FolderUrl, *, public: bool = False) -> None:
         import jinja2
 
         self.data = data
+        self.public = public  # where alerts went (files, channels) is for the team only
         self.folder_url = folder_url
         self.env = jinja2.Environment(
             loader=jinja2.PackageLoader("nightly_assets.site", "templates"),
@@ -367,7 +368,7 @@ class SiteRenderer:
                 "severity": a.severity,
                 "title": a.title,
                 "text": a.text,
-                "destination": a.destination,
+                "destination": "the team's channel" if self.public else a.destination,
                 "href": self.folder_url(key, SUMMARY_STAGE) + "summary.md",
             }
             for key, a in self.data.alerts

@@ -16,11 +16,16 @@ from nightly_assets.warehouse.store import Warehouse
 
 
 def update_site(
-    pipeline: Pipeline, store: Warehouse, artefacts: ArtefactStoreResource, *, night: NightKey | None = None
+    pipeline: Pipeline,
+    store: Warehouse,
+    artefacts: ArtefactStoreResource,
+    *,
+    night: NightKey | None = None,
+    log: logging.Logger | None = None,
 ) -> tuple[SiteBuild, str]:
     """Build the pipeline's site (the JSON of `night` only, when given) and publish it; the build
     and the link to its nights page."""
-    build = build_site(pipeline, store, Path(artefacts.root), artefacts.folder_url, night=night)
+    build = build_site(pipeline, store, Path(artefacts.root), artefacts.folder_url, night=night, log=log)
     links = artefacts.publish_files(build.folder, [build.folder / name for name in build.written])
     return build, links["index.html"]
 
@@ -31,7 +36,7 @@ def update_site_after_night(
     """`update_site` for the night just summarized; a failure is logged, never raised: the night's
     own record stands whatever happens to the pages about it."""
     try:
-        build, link = update_site(pipeline, store, artefacts, night=key)
+        build, link = update_site(pipeline, store, artefacts, night=key, log=log)
     except Exception as exc:  # the pages are derived; the next night rebuilds them
         log.warning("results site of %s not updated: %s: %s", pipeline.name, type(exc).__name__, exc)
         return None
@@ -51,6 +56,6 @@ def update_sites(
     """The sites of `pipelines` rebuilt (their alerts page gained an alert); failures logged."""
     for pipeline in pipelines:
         try:
-            update_site(pipeline, store, artefacts)
+            update_site(pipeline, store, artefacts, log=log)
         except Exception as exc:  # the alert went out and is kept; its page catches up next time
             log.warning("results site of %s not updated: %s: %s", pipeline.name, type(exc).__name__, exc)
