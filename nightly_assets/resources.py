@@ -27,6 +27,7 @@ from nightly_assets.rbe.remote import RemoteSettings
 from nightly_assets.rbe.resources import DEFAULT_MAX_IDLE_SECS, BazelRbeResource
 from nightly_assets.release.indexes import INDEX_VARIABLES, LOCAL, PackageIndex
 from nightly_assets.release.resources import PackageIndexesResource
+from nightly_assets.reporting.mail import MailResource
 from nightly_assets.reporting.resources import FileNotifierResource, SlackNotifierResource
 from nightly_assets.settings import WAREHOUSE_URL_VAR, Env, env_settings, local_warehouse_url
 from nightly_assets.sources.resources import GitSourcesResource
@@ -133,6 +134,18 @@ def resources_for(env: Env, home: Path) -> dict[str, Any]:
             **env_settings(api_url="NIGHTLY_GITHUB_API_URL", token="NIGHTLY_GITHUB_TOKEN")  # noqa: S106  # a name
         ),
     }
+    resources["mail"] = MailResource(
+        **env_settings(
+            host="NIGHTLY_SMTP_HOST",
+            port="NIGHTLY_SMTP_PORT",
+            starttls="NIGHTLY_SMTP_STARTTLS",
+            ca_file="NIGHTLY_SMTP_CA_FILE",
+            username="NIGHTLY_SMTP_USERNAME",
+            password="NIGHTLY_SMTP_PASSWORD",  # noqa: S106  # a name
+            sender="NIGHTLY_SMTP_FROM",
+            timeout_s="NIGHTLY_SMTP_TIMEOUT_S",
+        )
+    )
     if env == "prod":
         resources["notifier"] = SlackNotifierResource(
             slack=SlackResource(token=dg.EnvVar("SLACK_BOT_TOKEN")),

@@ -14,6 +14,7 @@ pytest_plugins = [
     "nightly_assets_tests.peers.tpu_api",
     "nightly_assets_tests.peers.k8s_api",
     "nightly_assets_tests.peers.sshd",
+    "nightly_assets_tests.peers.smtp",
     "nightly_assets_tests.peers.github_api",
     "nightly_assets_tests.peers.gcs",
     "nightly_assets_tests.peers.slack_api",

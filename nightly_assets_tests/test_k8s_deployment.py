@@ -71,6 +71,7 @@ K8S_SECRET_VARS = (
     "NIGHTLY_GITHUB_TOKEN",
     "NIGHTLY_RBE_TOKEN",
     "NIGHTLY_K8S_TOKEN",
+    "NIGHTLY_SMTP_PASSWORD",
 )
 # Compose settings that Kubernetes does without: the chart configures the instance's database
 # itself (DAGSTER_PG_PASSWORD from the Secret, host and user from the values).

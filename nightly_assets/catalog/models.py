@@ -199,6 +199,8 @@ class Pipeline(StrictModel):
     # The results site and its JSON may be read by anyone (seed 002: results open to the PyTorch
     # community): published only with public artefact links, secrets and private hosts redacted.
     public: bool = False
+    # Who gets each night's report by mail (the summary, its PDF reports attached; seed 004).
+    mail: list[Annotated[str, Field(pattern=r"^[^@\s]+@[^@\s]+\.[^@\s]+$")]] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _references(self) -> Pipeline:

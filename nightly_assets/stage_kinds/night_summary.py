@@ -17,6 +17,7 @@ from nightly_assets.github.resources import GitHubResource
 from nightly_assets.night_lease import SUMMARY_OF_TAG
 from nightly_assets.partitions import night_key
 from nightly_assets.reporting.alerts import alert_check, night_alert_spec
+from nightly_assets.reporting.mail import MailResource
 from nightly_assets.reporting.summary import night_summary, stages_after
 from nightly_assets.results import NightKey
 from nightly_assets.stage_kinds.spec import ORCHESTRATOR, NoParams, StageKind
@@ -46,6 +47,7 @@ def build_night_summary_asset(spec: StageSpec) -> dg.AssetsDefinition:
         artefacts: ArtefactStoreResource,
         warehouse: WarehouseResource,
         github: GitHubResource,
+        mail: MailResource,
     ) -> dg.MaterializeResult:
         """The night's results table: stage, status, runner, duration, artefacts and machine cost."""
         issue: dict[str, str] = {}
@@ -87,6 +89,10 @@ def build_night_summary_asset(spec: StageSpec) -> dg.AssetsDefinition:
                 site = update_site_after_night(spec.pipeline, store, artefacts, run.key, context.log)
                 if site is not None:
                     run.manifest["site"] = site
+            if spec.pipeline.mail:
+                run.manifest["mail"] = _mail_report(
+                    context, mail, spec.pipeline, run.key, summary.status, markdown, earlier, artefacts
+                )
         # The alerts sent about the run this summary is written for (a failed run's went out
         # before its summary run), shown as what they are; later ones are added as they are sent.
         summarized = context.run.tags.get(SUMMARY_OF_TAG) or context.run.run_id
@@ -107,6 +113,7 @@ def build_night_summary_asset(spec: StageSpec) -> dg.AssetsDefinition:
                     if "site" in run.manifest
                     else {}
                 ),
+                **({"mail": dg.MetadataValue.json(run.manifest["mail"])} if "mail" in run.manifest else {}),
             },
         )
 
@@ -118,6 +125,31 @@ def _pending(context: dg.AssetExecutionContext, pipeline: str, after: list[str])
     run): they end after it, and the run's follow-up writes the summary again with them."""
     selection = context.run.asset_selection  # empty or None: the whole job
     return [s for s in after if not selection or dg.AssetKey([pipeline, s]) in selection]
+
+
+def _mail_report(
+    context: dg.AssetExecutionContext,
+    mail: MailResource,
+    pipeline: Pipeline,
+    key: NightKey,
+    status: str,
+    markdown: str,
+    earlier: dict[str, Any] | None,
+    artefacts: ArtefactStoreResource,
+) -> dict[str, Any]:
+    """The report mailed once per summarized run (a follow-up that rewrites the summary sends it
+    only if the first could not); what happened goes into the manifest, never a failure."""
+    if earlier is not None and (earlier.get("mail") or {}).get("sent"):
+        return dict(earlier["mail"])
+    night_folder = artefacts.stage_dir(key, "night_summary").parent
+    pdfs = sorted(night_folder.glob("*/*.pdf"))  # the night's reports (tf_theta's analysis)
+    subject = f"{pipeline.title}: night {key.night} on {key.target}: {status}"
+    outcome = mail.send_report(pipeline.mail, subject, markdown, pdfs)
+    if outcome.sent:
+        context.log.info(f"report mailed to {', '.join(outcome.recipients)} ({outcome.detail})")
+    else:
+        context.log.warning(f"report not mailed to {', '.join(outcome.recipients)}: {outcome.detail}")
+    return outcome.record()
 
 
 def _earlier_summary(
