@@ -7,22 +7,26 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
 import defusedxml.ElementTree as defused
 import pytest
 
+from nightly_assets.artefacts.gcs import GcsArtefactStoreResource
 from nightly_assets.catalog.loader import load_catalog
 from nightly_assets.catalog.models import Pipeline
 from nightly_assets.devices.facts import DeviceFacts
 from nightly_assets.results import BenchmarkResult, NightKey, TestCase, TestReport
 from nightly_assets.site.build import build_site
 from nightly_assets.site.pages import SCHEMA, history_page_path
+from nightly_assets.site.publish import update_site
 from nightly_assets.site.redaction import PublicSiteError
 from nightly_assets.warehouse.rows import MachineCost, Regression, SentAlert, TestVerdict
 from nightly_assets.warehouse.store import Warehouse
 from nightly_assets.warehouse.tables import node_key
+from nightly_assets_tests.peers.gcs import GcsEmulator
 
 FIRST = dt.date(2026, 10, 1)
 NIGHTS = 30
@@ -320,3 +324,30 @@ def test_a_public_site_with_private_artefact_links_is_refused_naming_the_setting
         )
     assert "http://127.0.0.1:3001" in str(refused.value)
     assert not (tmp_path / "artefacts").exists()  # nothing written
+
+
+@pytest.mark.gcs
+def test_a_bucket_store_uploads_the_site_and_links_its_pages_in_the_bucket(
+    demo: Pipeline, leaky_store: Warehouse, tmp_path: Path, gcs: GcsEmulator
+) -> None:
+    """In prod the pages go where the artefacts go: every file written is uploaded, as HTML and CSS."""
+    from dagster_gcp import GCSResource
+    from google.cloud import storage
+
+    prefix = f"t{secrets.token_hex(3)}"  # the emulator's bucket is shared by the session's tests
+    artefacts = GcsArtefactStoreResource(
+        root=str(tmp_path / "artefacts"),
+        gcs=GCSResource(project="nightly-test"),
+        bucket=gcs.bucket,
+        prefix=prefix,
+    )
+    build, link = update_site(demo, leaky_store, artefacts)
+    blobs = {
+        b.name: b for b in storage.Client(project="nightly-test").list_blobs(gcs.bucket, prefix=f"{prefix}/")
+    }
+    assert set(blobs) == {f"{prefix}/demo/site/{name}" for name in build.written}
+    assert blobs[f"{prefix}/demo/site/index.html"].content_type.startswith(
+        "text/html"
+    )  # the emulator drops charset
+    assert blobs[f"{prefix}/demo/site/site.css"].content_type.startswith("text/css")
+    assert link.endswith(f"/{gcs.bucket}/{prefix}/demo/site/index.html")
