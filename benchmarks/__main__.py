@@ -14,6 +14,7 @@ from benchmarks import (
     junit_streaming,
     night_overhead,
     regression_detection,
+    results_site,
     third_party_night,
     tpu_overhead,
     warehouse_history,
@@ -34,6 +35,7 @@ BENCHMARKS: dict[str, Callable[[], dict[str, float]]] = {
     "flaky_detection": flaky_detection.main,
     "environment_reuse": environment_reuse.main,
     "third_party_night": third_party_night.main,
+    "results_site": results_site.main,
 }
 
 

@@ -140,6 +140,7 @@ def ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UI]:
         "NIGHTLY_ARTEFACTS_URL": f"http://127.0.0.1:{artefacts.server_port}",
         "DOCKER_HOST": "unix:///nonexistent/nightly-no-docker.sock",  # the demo's virtualenv path
         "PYTHONUNBUFFERED": "1",
+        "NIGHTLY_RESULTS_SITE": "1",  # as outside the tests: every launch path rebuilds the site
     }
     for name in (
         "NIGHTLY_WAREHOUSE_URL",
@@ -471,6 +472,23 @@ def test_a_pipeline_without_release_backfills_its_failed_night_from_the_dialog(p
         return False
 
     wait_for(f"the backfill page's counts {expected} (last seen {seen})", counts_shown, timeout_s=120)
+
+    # The results site, rebuilt by the backfill's summary runs as by a CLI night's: both nights failed.
+    index = ui.nightly_home / "artefacts/demo_gpu/site/results/index.json"
+
+    def site_nights() -> dict[str, str] | None:
+        listed = (
+            {n["night"]: n["status"] for n in json.loads(index.read_text())["nights"]}
+            if index.exists()
+            else {}
+        )
+        wanted = {GPU_FAILED_NIGHT: "failure", GPU_MISSING_NIGHT: "failure"}
+        return listed if all(listed.get(night) == status for night, status in wanted.items()) else None
+
+    listed = wait_for("the results site to list the backfilled nights", site_nights, timeout_s=120)
+    assert listed[GPU_GOOD_NIGHT] == "success"
+    page.goto(ui.env["NIGHTLY_ARTEFACTS_URL"] + "/demo_gpu/site/index.html")
+    assert page.locator(f"tr:has(th:has-text('{GPU_MISSING_NIGHT}')) td.s-failure").count() >= 1
 
 
 def _backfill_counts(page: Any, asset: str) -> list[str]:

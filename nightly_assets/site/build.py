@@ -33,7 +33,6 @@ SITE_FOLDER = "site"
 # Test pages beyond these many (the most failing first) would make one night's update slower than
 # the nights they describe; the health page still lists every failed test.
 MAX_TEST_PAGES = 300
-TEST_HISTORY_NIGHTS = 60
 
 
 @dataclass
@@ -80,9 +79,14 @@ def build_site(
         renderer.cost(),
         renderer.alerts(),
     ]
+    history_since = data.nights[-1].night.night if data.nights else dt.date.max  # the grid's window
+    histories = store.test_histories_of(pipeline.name, paged, since=history_since)
     for suite, test_id in paged:
-        runs = store.test_history(pipeline.name, suite, test_id, limit=TEST_HISTORY_NIGHTS)
-        pages.append(renderer.history_page(suite, test_id, runs, TEST_HISTORY_NIGHTS))
+        pages.append(
+            renderer.history_page(
+                suite, test_id, histories[(suite, test_id)], len({o.night.night for o in data.nights})
+            )
+        )
     files = {page.path: page.html for page in pages}
     files["site.css"] = resources.files("nightly_assets.site").joinpath("templates/site.css").read_text()
     keys = [night] if night is not None else [o.night.key for o in data.nights]

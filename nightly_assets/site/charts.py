@@ -59,7 +59,8 @@ def trend_svg(title: str, unit: str, points: Sequence[ChartPoint], markers: Sequ
         ticks = list(range(0, len(nights), max(1, len(nights) // 8)))
         axes.set_xticks(ticks, [nights[i][5:] for i in ticks])
         axes.grid(axis="y", color="#dddddd")
-        figure.tight_layout()
+        # Fixed margins, not tight_layout: it lays the figure out twice, half of a chart's time.
+        figure.subplots_adjust(left=0.1, right=0.98, top=0.9, bottom=0.1)
         out = io.StringIO()
         figure.savefig(out, format="svg", metadata={"Date": None})
     return _titled(out.getvalue(), title, [p.label for p in points])

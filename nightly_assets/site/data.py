@@ -71,7 +71,6 @@ def read_site_data(pipeline: Pipeline, store: Warehouse, *, now: dt.datetime | N
     nights = sorted({o.night.night for o in overviews}, reverse=True)[:GRID_NIGHTS]
     shown = [o for o in overviews if nights and o.night.night >= nights[-1]]
     since = nights[-1] if nights else FAR_FUTURE
-    health_since = nights[min(HEALTH_NIGHTS, len(nights)) - 1] if nights else FAR_FUTURE
     verdicts, verdict_nights = _newest_verdicts(store, shown)
     regressions = store.regressions(pipeline.name)
     benchmarks = [
@@ -91,7 +90,9 @@ def read_site_data(pipeline: Pipeline, store: Warehouse, *, now: dt.datetime | N
         stage_rows=store.pipeline_stages(pipeline.name, since=since),
         verdicts=verdicts,
         verdict_nights=verdict_nights,
-        failed_tests=store.failed_tests(pipeline.name, since=health_since),
+        failed_tests=store.failed_tests(
+            pipeline.name, [t.name for t in pipeline.targets], nights[:HEALTH_NIGHTS]
+        ),
         benchmarks=benchmarks,
         costs=store.pipeline_costs(pipeline.name),
         alerts=store.pipeline_alerts(pipeline.name),

@@ -4,12 +4,16 @@ site (``nightly_assets/site``) draws. Each returns the values of ``rows.py`` key
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import Executable, Row, select
+from sqlalchemy.orm import Session
 
-from nightly_assets.results import NightKey, node_id_of
+from nightly_assets.results import NightKey, TestCase, node_id_of
 from nightly_assets.warehouse.access import DatabaseAccess
+from nightly_assets.warehouse.history import TestRun
 from nightly_assets.warehouse.rows import (
     SENT_ALERT_COLUMNS,
     MachineCost,
@@ -25,6 +29,7 @@ from nightly_assets.warehouse.tables import (
     NightTable,
     StageTable,
     TestCaseTable,
+    node_key,
 )
 
 FAILED_OUTCOMES = ("failed", "error")
@@ -100,20 +105,66 @@ class PipelineReads(DatabaseAccess):
             )
         return list(seen.values())
 
-    def failed_tests(self, pipeline: str, *, since: dt.date) -> list[FailedTest]:
-        """The tests that failed or errored on a night from `since` on, most failures first."""
+    def failed_tests(
+        self, pipeline: str, targets: Sequence[str], nights: Sequence[dt.date]
+    ) -> list[FailedTest]:
+        """The tests that failed or errored on one of `nights` on one of `targets`, most failures
+        first: one query a target, each night and outcome an index range (not the window's scan)."""
         t = TestCaseTable
-        query = (
-            select(t.suite, t.classname, t.name, t.night, t.message)
-            .where(t.pipeline == pipeline, t.night >= since, t.outcome.in_(FAILED_OUTCOMES))
-            .order_by(t.night.desc(), t.id)
-        )
-        nights: dict[tuple[str, str], list[dt.date]] = {}
-        messages: dict[tuple[str, str], str | None] = {}
-        for r in self._read(lambda s: s.execute(query).all()):
-            key = (r.suite, node_id_of(r.classname, r.name))
-            if r.night not in nights.setdefault(key, []):
-                nights[key].append(r.night)
-            messages.setdefault(key, r.message)
-        found = [FailedTest(s, i, tuple(n), messages[(s, i)]) for (s, i), n in nights.items()]
+        seen: dict[tuple[str, str], tuple[list[dt.date], str | None]] = {}
+        for target in targets:
+            query = (
+                select(t.suite, t.classname, t.name, t.night, t.message)
+                .where(
+                    t.pipeline == pipeline,
+                    t.target == target,
+                    t.night.in_(list(nights)),
+                    t.outcome.in_(FAILED_OUTCOMES),
+                )
+                .order_by(t.night.desc(), t.id)
+            )
+            for r in self._read(_rows_of(query)):
+                days = seen.setdefault((r.suite, node_id_of(r.classname, r.name)), ([], r.message))[0]
+                if r.night not in days:
+                    days.append(r.night)
+        found = [FailedTest(s, i, tuple(sorted(n, reverse=True)), m) for (s, i), (n, m) in seen.items()]
         return sorted(found, key=lambda f: (-len(f.nights), f.suite, f.test_id))
+
+    def test_histories_of(
+        self, pipeline: str, tests: Sequence[tuple[str, str]], *, since: dt.date
+    ) -> dict[tuple[str, str], list[TestRun]]:
+        """Each (suite, node id)'s runs from `since` on, newest first, every target: one query a
+        suite through the test identity index, its columns (not ORM objects) read."""
+        t = TestCaseTable
+        wanted: dict[str, dict[int, set[str]]] = {}
+        for suite, test_id in tests:
+            wanted.setdefault(suite, {}).setdefault(node_key(test_id), set()).add(test_id)
+        found: dict[tuple[str, str], list[TestRun]] = {test: [] for test in tests}
+        columns = (
+            t.night,
+            t.target,
+            t.suite,
+            t.classname,
+            t.name,
+            t.outcome,
+            t.duration_s,
+            t.message,
+            t.attempts,
+        )
+        for suite, keys in wanted.items():
+            query = (
+                select(*columns, t.test_key)
+                .where(t.pipeline == pipeline, t.suite == suite, t.test_key.in_(list(keys)), t.night >= since)
+                .order_by(t.night.desc(), t.target, t.id)
+            )
+            for r in self._read(_rows_of(query)):
+                test_id = node_id_of(r.classname, r.name)
+                if test_id in keys.get(r.test_key or 0, ()):  # not another id of the same hash
+                    case = TestCase(r.classname, r.name, r.outcome, r.duration_s, r.message, r.attempts)
+                    found[(suite, test_id)].append(TestRun(r.night, r.target, r.suite, case))
+        return found
+
+
+def _rows_of(query: Executable) -> Callable[[Session], Sequence[Row[Any]]]:
+    """A read of every row `query` selects (a function per query: a lambda in a loop sees the last)."""
+    return lambda session: session.execute(query).all()
