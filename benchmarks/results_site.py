@@ -159,24 +159,13 @@ def main() -> dict[str, float]:
     if not peer._answers():
         print("  skipped: no MariaDB answers on 127.0.0.1:3306")
         return {}
-    url = f"mysql+pymysql://{peer.USER}@{peer.HOST}:{peer.PORT}/{DATABASE}?charset=utf8mb4"
-    size = f"{nights}x{cases}"
     pipeline = _pipeline()
-    engine = create_engine(f"mysql+pymysql://{peer.USER}@{peer.HOST}:{peer.PORT}/?charset=utf8mb4")
-    with engine.connect() as connection:
-        comment = connection.scalar(
-            text("SELECT schema_comment FROM information_schema.schemata WHERE schema_name = :d"),
-            {"d": DATABASE},
-        )
-    engine.dispose()
-    if comment != size:
-        peer._admin(f"DROP DATABASE IF EXISTS `{DATABASE}`")
-        peer._admin(f"CREATE DATABASE `{DATABASE}`")
+
+    def build(url: str) -> None:
         history._build(url, nights, cases)  # the test cases and suites, bulk-loaded
         _fill(url, nights, pipeline)
-        peer._admin(f"ALTER DATABASE `{DATABASE}` COMMENT '{size}'")
-    else:
-        print("  reusing the history a kept run built")
+
+    url = history.sized_database(DATABASE, f"{nights}x{cases}", build)
     try:
         return _measure(url, nights, pipeline)
     finally:

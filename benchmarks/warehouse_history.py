@@ -147,6 +147,29 @@ def _build(url: str, nights: int, cases: int) -> None:
     engine.dispose()
 
 
+def sized_database(database: str, size: str, build: Callable[[str], None]) -> str:
+    """The URL of `database` on the MariaDB peer, built by `build(url)` unless a kept run of the
+    same `size` left it complete (its schema comment says the size once the build has ended)."""
+    from nightly_assets_tests.peers import mysql as peer
+
+    url = f"mysql+pymysql://{peer.USER}@{peer.HOST}:{peer.PORT}/{database}?charset=utf8mb4"
+    engine = create_engine(f"mysql+pymysql://{peer.USER}@{peer.HOST}:{peer.PORT}/?charset=utf8mb4")
+    with engine.connect() as connection:
+        comment = connection.scalar(
+            text("SELECT schema_comment FROM information_schema.schemata WHERE schema_name = :d"),
+            {"d": database},
+        )
+    engine.dispose()
+    if comment != size:
+        peer._admin(f"DROP DATABASE IF EXISTS `{database}`")
+        peer._admin(f"CREATE DATABASE `{database}`")
+        build(url)
+        peer._admin(f"ALTER DATABASE `{database}` COMMENT '{size}'")  # complete: a kept one is reused
+    else:
+        print("  reusing the history a kept run built")
+    return url
+
+
 def _timed(fn: Callable[[], Any]) -> tuple[float, float, Any]:
     """(first run, best of three, result) in seconds."""
     times, result = [], None
@@ -167,27 +190,12 @@ def main() -> dict[str, float]:
     if not peer._answers():
         print("  skipped: no MariaDB answers on 127.0.0.1:3306")
         return {}
-    url = f"mysql+pymysql://{peer.USER}@{peer.HOST}:{peer.PORT}/{DATABASE}?charset=utf8mb4"
-    size = f"{nights}x{cases}"
-    engine = create_engine(f"mysql+pymysql://{peer.USER}@{peer.HOST}:{peer.PORT}/?charset=utf8mb4")
-    with engine.connect() as connection:
-        comment = connection.scalar(
-            text("SELECT schema_comment FROM information_schema.schemata WHERE schema_name = :d"),
-            {"d": DATABASE},
-        )
-    if comment != size:
-        peer._admin(f"DROP DATABASE IF EXISTS `{DATABASE}`")
-        peer._admin(f"CREATE DATABASE `{DATABASE}`")
-        _build(url, nights, cases)
-        peer._admin(f"ALTER DATABASE `{DATABASE}` COMMENT '{size}'")  # complete: a kept one is reused
-    else:
-        print("  reusing the history a kept run built")
+    url = sized_database(DATABASE, f"{nights}x{cases}", lambda url: _build(url, nights, cases))
     Warehouse(url).dispose()  # a kept database built by an older version gets the newer tables
     _tallies(url, nights, cases)
     try:
         return _queries(url, nights, cases)
     finally:
-        engine.dispose()
         if not keep:
             peer._admin(f"DROP DATABASE IF EXISTS `{DATABASE}`")
 

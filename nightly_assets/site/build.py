@@ -70,7 +70,8 @@ def build_site(
     renderer = SiteRenderer(data, folder_url, public=pipeline.public)
     # Every flaky or broken test gets its page; failed tests the most failing first, up to the cap.
     judged = sorted({(v.suite, v.test_id) for verdicts in data.verdicts.values() for v in verdicts})
-    failed = [(f.suite, f.test_id) for f in data.failed_tests if (f.suite, f.test_id) not in set(judged)]
+    judged_set = set(judged)
+    failed = [(f.suite, f.test_id) for f in data.failed_tests if (f.suite, f.test_id) not in judged_set]
     paged = judged + failed[: max(0, MAX_TEST_PAGES - len(judged))]
     pages: list[Page] = [
         renderer.grid(),
@@ -80,13 +81,10 @@ def build_site(
         renderer.alerts(),
     ]
     history_since = data.nights[-1].night.night if data.nights else dt.date.max  # the grid's window
+    window = len({o.night.night for o in data.nights})  # the nights the grid and the histories show
     histories = store.test_histories_of(pipeline.name, paged, since=history_since)
     for suite, test_id in paged:
-        pages.append(
-            renderer.history_page(
-                suite, test_id, histories[(suite, test_id)], len({o.night.night for o in data.nights})
-            )
-        )
+        pages.append(renderer.history_page(suite, test_id, histories[(suite, test_id)], window))
     files = {page.path: page.html for page in pages}
     files["site.css"] = resources.files("nightly_assets.site").joinpath("templates/site.css").read_text()
     keys = [night] if night is not None else [o.night.key for o in data.nights]

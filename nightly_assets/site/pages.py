@@ -26,7 +26,7 @@ NAV = (
     ("alerts.html", "Alerts"),
 )
 MESSAGE_CHARS = 300  # a failure's first lines; the whole message is in its report
-SUMMARY_STAGE = "night_summary"
+SUMMARY_KIND = "night_summary"  # the stage kind whose folder holds the night's summary.md
 
 FolderUrl = Callable[[NightKey, str], str]
 
@@ -74,6 +74,11 @@ class SiteRenderer:
             trim_blocks=False,
         )
 
+    def _summary_href(self, key: NightKey) -> str:
+        """The night's summary, in the folder of the pipeline's own summary stage."""
+        summaries = self.data.pipeline.stages_of(SUMMARY_KIND)
+        return self.folder_url(key, summaries[0].name if summaries else SUMMARY_KIND) + "summary.md"
+
     def _render(self, template: str, path: str, title: str, **context: Any) -> Page:
         depth = path.count("/")
         html = self.env.get_template(template).render(
@@ -117,7 +122,7 @@ class SiteRenderer:
                     "night": overview.night.night.isoformat(),
                     "target": overview.night.target,
                     "status": overview.night.status,
-                    "summary": self.folder_url(key, SUMMARY_STAGE) + "summary.md",
+                    "summary": self._summary_href(key),
                     "cells": cells,
                     "pins": [
                         {"repo": repo, "short": sha[:10], "href": commit_href(repos.get(repo, ""), sha)}
@@ -259,7 +264,7 @@ class SiteRenderer:
                     "value": f"{p.value:g}",
                     "pins": pins,
                     "config": p.config_key or "—",
-                    "href": self.folder_url(key, SUMMARY_STAGE) + "summary.md",
+                    "href": self._summary_href(key),
                 }
             )
         changes = []
@@ -369,7 +374,7 @@ class SiteRenderer:
                 "title": a.title,
                 "text": a.text,
                 "destination": "the team's channel" if self.public else a.destination,
-                "href": self.folder_url(key, SUMMARY_STAGE) + "summary.md",
+                "href": self._summary_href(key),
             }
             for key, a in self.data.alerts
         ]

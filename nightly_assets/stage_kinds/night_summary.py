@@ -5,6 +5,7 @@ build metrics) written longer ago than that are deleted, their warehouse rows ke
 import datetime as dt
 import functools
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import dagster as dg
@@ -91,7 +92,7 @@ def build_night_summary_asset(spec: StageSpec) -> dg.AssetsDefinition:
                     run.manifest["site"] = site
             if spec.pipeline.mail:
                 run.manifest["mail"] = _mail_report(
-                    context, mail, spec.pipeline, run.key, summary.status, markdown, earlier, artefacts
+                    context, mail, spec.pipeline, run.key, summary.status, markdown, earlier, run.workdir
                 )
         # The alerts sent about the run this summary is written for (a failed run's went out
         # before its summary run), shown as what they are; later ones are added as they are sent.
@@ -135,13 +136,13 @@ def _mail_report(
     status: str,
     markdown: str,
     earlier: dict[str, Any] | None,
-    artefacts: ArtefactStoreResource,
+    summary_folder: Path,
 ) -> dict[str, Any]:
     """The report mailed once per summarized run (a follow-up that rewrites the summary sends it
     only if the first could not); what happened goes into the manifest, never a failure."""
     if earlier is not None and (earlier.get("mail") or {}).get("sent"):
         return dict(earlier["mail"])
-    night_folder = artefacts.stage_dir(key, "night_summary").parent
+    night_folder = summary_folder.parent  # <pipeline>/<night>/<target>/
     pdfs = sorted(night_folder.glob("*/*.pdf"))  # the night's reports (tf_theta's analysis)
     subject = f"{pipeline.title}: night {key.night} on {key.target}: {status}"
     outcome = mail.send_report(pipeline.mail, subject, markdown, pdfs)
