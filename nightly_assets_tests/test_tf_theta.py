@@ -20,6 +20,7 @@ from nightly_assets.results import NightKey
 from nightly_assets.warehouse.store import Warehouse
 from nightly_assets_tests.catalog_files import copy_catalog, write_pipeline
 from nightly_assets_tests.cli_nights import read_until
+from nightly_assets_tests.waiting import wait_for
 
 # tf_theta's stages on the sample project: TensorFlow's build is replaced by the sample's wheel.
 THETA_PIPELINE = """
@@ -207,7 +208,13 @@ def test_a_night_terminated_while_its_slurm_job_runs_cancels_the_job(
         cli.kill()
     output = "".join(lines) + rest
     assert cli.returncode == 130, output
-    shown = slurm.run("scontrol", "--oneliner", "show", "job", job_id)
+
+    # scancel is asynchronous: on a loaded machine the controller shows the job as it ends first.
+    def cancelled() -> str | None:
+        shown = slurm.run("scontrol", "--oneliner", "show", "job", job_id)
+        return shown if "JobState=CANCELLED" in shown else None
+
+    shown = wait_for(f"job {job_id} cancelled", cancelled, timeout_s=30)
     assert "JobState=CANCELLED" in shown and "JobName=theta_sample-sanity_job-20261106-theta-knl" in shown
     store = Warehouse(f"sqlite:///{nightly_home}/warehouse.sqlite")
     key = NightKey("theta_sample", dt.date(2026, 11, 6), "theta-knl")
