@@ -7,7 +7,7 @@ import re
 import signal
 import subprocess
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,9 +56,12 @@ GPU_VARIABLES: dict[str, tuple[str, ...]] = {
 }
 
 # A variable that may hold a credential never reaches the code under test, whatever a runner's
-# `pass_env` says: by its name's words, and the prefixes of our own settings and of the services
-# whose clients read credentials from the environment.
+# `pass_env` says: by what its name contains, by any of its `_`-separated words that is a short
+# name for one (CUDA_PWD, NCCL_IB_PASS, NVIDIA_NGC_KEY, HSA_CREDS: the GPU prefixes pass
+# everything else), and by the prefixes of our own settings and of the services whose clients
+# read credentials from the environment.
 _SECRET_WORDS = re.compile(r"TOKEN|PASSW|SECRET|CREDENTIAL|PRIVATE|API_?KEY|ACCESS_?KEY|AUTH|COOKIE|SESSION")
+_SECRET_NAME_WORDS = frozenset({"PWD", "PW", "PASS", "PASSWD", "KEY", "KEYS", "CRED", "CREDS", "PAT", "JWT"})
 _SECRET_PREFIXES = (
     "NIGHTLY_",
     "AWS_",
@@ -83,7 +86,8 @@ _SECRET_PREFIXES = (
 
 def names_a_secret(name: str) -> bool:
     """A variable whose name says it holds a credential (a token, password, key...)."""
-    return bool(_SECRET_WORDS.search(name.upper()))
+    upper = name.upper()
+    return bool(_SECRET_WORDS.search(upper)) or not _SECRET_NAME_WORDS.isdisjoint(upper.split("_"))
 
 
 def secret_variable_problem(pattern: str) -> str | None:
@@ -94,7 +98,7 @@ def secret_variable_problem(pattern: str) -> str | None:
     stem = pattern.removesuffix("*").upper()
     if is_prefix and len(stem) < 3:
         return "a prefix this short would pass nearly every variable, secrets included; name them"
-    names_secret = _SECRET_WORDS.search(stem) or stem.startswith(_SECRET_PREFIXES)
+    names_secret = names_a_secret(stem.rstrip("_")) or stem.startswith(_SECRET_PREFIXES)
     if names_secret or (is_prefix and any(p.startswith(stem) for p in _SECRET_PREFIXES)):
         return (
             "it names (or could match) a secret: tokens, passwords, keys and the orchestrator's own "
@@ -147,12 +151,16 @@ def run_command(
     check: bool = True,
     scratch_home: bool = False,
     passed: Sequence[str] = (),
+    pass_fds: Sequence[int] = (),
+    on_start: Callable[[int], None] | None = None,
 ) -> CommandResult:
     """Run `args` (never a shell string) with the allow-listed environment plus `env`, capturing
     stdout+stderr into `log_path` when given. `scratch_home`: the command is the code under test
     (a build backend, a test suite, a benchmark), so HOME is an empty folder of its own, not ours
     with its credential files (~/.docker/config.json, ~/.netrc, ~/.git-credentials, gcloud's).
-    `passed`: more of our variables the command inherits (names or prefixes ending in `*`)."""
+    `passed`: more of our variables the command inherits (names or prefixes ending in `*`).
+    `pass_fds`: descriptors the command inherits (GPU lease locks, held as long as it runs);
+    `on_start(pid)` is told its process (the leader of its own process group) once it runs."""
     if scratch_home:
         with tempfile.TemporaryDirectory(prefix="nightly-home-") as home:
             return run_command(
@@ -163,6 +171,8 @@ def run_command(
                 log_path=log_path,
                 check=check,
                 passed=passed,
+                pass_fds=pass_fds,
+                on_start=on_start,
             )
     argv = tuple(str(a) for a in args)
     full_env = child_env(env, passed)
@@ -176,10 +186,13 @@ def run_command(
             stderr=subprocess.STDOUT,
             text=True,
             start_new_session=True,
+            pass_fds=tuple(pass_fds),
         )
     except FileNotFoundError as exc:
         raise CommandError(f"cannot run {argv[0]!r}: {exc.strerror}") from None
     try:
+        if on_start is not None:
+            on_start(proc.pid)
         stdout, _ = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         partial = _end_group(proc)

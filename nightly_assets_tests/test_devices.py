@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import select
+import signal
 import subprocess
 import sys
 import textwrap
@@ -15,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from nightly_assets.devices.gpus import Gpu, HostGpus
-from nightly_assets.devices.leases import GpuLeases, GpuLeaseTimeout
+from nightly_assets.devices.leases import GpuLeases, GpuLeaseTimeout, process_start
 from nightly_assets.devices.probe import VISIBILITY_VARIABLES, probe_gpus, visible_devices_env
 from nightly_assets_tests.fake_gpus import fake_gpu_host, install_fake_gpu_tools, recorded_hosts
 
@@ -160,7 +163,11 @@ def test_rocm_version_unknown_without_a_readable_version_file(monkeypatch, tmp_p
 )
 def test_cuda_visible_devices_narrows_like_cuda(monkeypatch, tmp_path, value, ids):
     env = host_env(monkeypatch, tmp_path, "a100x8", CUDA_VISIBLE_DEVICES=value)
-    assert probe_gpus(env).ids() == ids
+    host = probe_gpus(env)
+    assert host.ids() == ids
+    # A value that leaves no card is named, not a silent collect-only night.
+    named = f"CUDA_VISIBLE_DEVICES={value!r} names none of this host's 8 GPUs (expected indices 0-7"
+    assert host.problem.startswith(named) if not ids else host.problem == ""
 
 
 @pytest.mark.parametrize(
@@ -204,7 +211,10 @@ def test_a_mig_prefixed_gpu_uuid_selects_that_gpu_as_cuda_13_does(monkeypatch, t
 )
 def test_rocr_then_hip_visible_devices_narrow_amd_gpus(monkeypatch, tmp_path, visibility, ids):
     env = host_env(monkeypatch, tmp_path, "mi300x8", **visibility)
-    assert probe_gpus(env).ids() == ids
+    host = probe_gpus(env)
+    assert host.ids() == ids
+    assert ("names none of this host's 8 GPUs" in host.problem) == (ids == []), host.problem
+    assert all(f"{name}={value!r}" in host.problem for name, value in visibility.items()) or ids
 
 
 def test_visible_devices_env_for_nvidia_names_nvidia_smi_indices():
@@ -374,8 +384,9 @@ from nightly_assets.devices.probe import probe_gpus
 
 lock_dir, count, owner, timeout_s = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3], float(sys.argv[4])
 try:
-    with GpuLeases(lock_dir).hold(probe_gpus(), count, owner=owner, timeout_s=timeout_s, poll_s=0.05) as ids:
-        print("holding " + ",".join(ids), flush=True)
+    leases = GpuLeases(lock_dir)
+    with leases.hold(probe_gpus(), count, owner=owner, timeout_s=timeout_s, poll_s=0.05) as lease:
+        print("holding " + ",".join(lease.ids), flush=True)
         sys.stdin.readline()  # until the test lets go
 except GpuLeaseTimeout as exc:
     print(f"timeout: {exc}", flush=True)
@@ -442,6 +453,59 @@ def test_a_killed_holder_releases_its_cards(monkeypatch, tmp_path):
         let_go(first, waiter)
 
 
+NIGHT = """
+import sys
+from pathlib import Path
+from nightly_assets.devices.leases import GpuLeases
+from nightly_assets.devices.probe import probe_gpus
+from nightly_assets.process import run_command
+
+leases = GpuLeases(Path(sys.argv[1]))
+with leases.hold(probe_gpus(), 1, owner="demo_gpu/tests_unit old", timeout_s=30) as lease:
+    def started(pid):
+        lease.tests_started(pid)
+        print(f"tests {pid}", flush=True)
+
+    tests = [sys.executable, "-c", "import time; time.sleep(600)"]
+    run_command(tests, pass_fds=lease.fds, on_start=started, timeout_s=600)
+"""
+
+
+def test_a_killed_nights_tests_keep_their_card_until_the_next_holder_ends_them(monkeypatch, tmp_path):
+    """The night is SIGKILLed while its suite runs (the suite in a process group of its own lives
+    on): the card stays held by the suite, not handed to a second test; the next night's lease ends
+    the orphaned suite (TERM) and then takes the card."""
+    fake_gpu_host(monkeypatch, tmp_path, "h100x1")
+    locks = tmp_path / "locks"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    night = subprocess.Popen(
+        [sys.executable, "-c", NIGHT, str(locks)], stdout=subprocess.PIPE, text=True, env=env
+    )
+    tests_pid = int(said(night).removeprefix("tests "))
+    try:
+        night.kill()
+        night.wait(timeout=30)
+        assert process_start(tests_pid) is not None, "the suite ended with the night"
+        host, leases = probe_gpus(), GpuLeases(locks)
+        lock = leases.lock_path(host, host.gpus[0])
+        with lock.open("r+") as probe, pytest.raises(BlockingIOError):
+            fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the suite still holds the card
+        logged: list[str] = []
+        with leases.hold(
+            host, 1, owner="demo_gpu/tests_unit new", timeout_s=60, poll_s=0.1, log=logged.append
+        ) as lease:
+            assert lease.ids == ["0"]
+            assert process_start(tests_pid) is None, "the card was handed out while the old suite ran"
+            assert lock.read_text().startswith("demo_gpu/tests_unit new (pid ")
+        [ended] = [line for line in logged if "has ended" in line]  # once, beside the wait's own line
+        assert f"GPU 0: its holder 'demo_gpu/tests_unit old' (pid {night.pid}) has ended" in ended
+        assert f"its tests (process group {tests_pid}) still run on the card" in ended
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(tests_pid, signal.SIGKILL)
+        let_go(night)
+
+
 def test_a_waiter_gets_the_cards_released_and_logs_what_it_waits_for_once(monkeypatch, tmp_path):
     fake_gpu_host(monkeypatch, tmp_path, "l40x2")
     host, leases, logged = probe_gpus(), GpuLeases(tmp_path / "locks"), []
@@ -450,13 +514,13 @@ def test_a_waiter_gets_the_cards_released_and_logs_what_it_waits_for_once(monkey
         waiter_ids: list[str] = []
 
         def wait_for_one() -> None:
-            with leases.hold(host, 1, owner="waiter", timeout_s=10, poll_s=0.02, log=logged.append) as ids:
-                waiter_ids.extend(ids)
+            with leases.hold(host, 1, owner="waiter", timeout_s=10, poll_s=0.02, log=logged.append) as lease:
+                waiter_ids.extend(lease.ids)
 
         waiter = threading.Thread(target=wait_for_one)
         waiter.start()
         time.sleep(0.5)
-        assert held == ["0", "1"] and waiter_ids == []
+        assert held.ids == ["0", "1"] and waiter_ids == []
     waiter.join(timeout=10)
 
     assert waiter_ids == ["0"]
@@ -470,15 +534,17 @@ def test_a_lease_ends_with_its_block(monkeypatch, tmp_path):
     with leases.hold(host, 1, owner="one", timeout_s=1) as first:
         pass
     with leases.hold(host, 1, owner="two", timeout_s=1) as second:
-        assert first == second == ["0"]
+        assert first.ids == second.ids == ["0"]
         lock = leases.lock_path(host, host.gpus[0])
         assert lock.name == "nvidia-GPU-726a834d-a647-9ff1-e90e-912c6b30335b.lock"
         assert lock.read_text().startswith("two (pid ")
 
 
 def test_holding_no_card_takes_nothing(tmp_path):
-    with GpuLeases(tmp_path / "locks").hold(HostGpus("none", (), "", ""), 0, owner="cpu", timeout_s=0) as ids:
-        assert ids == []
+    with GpuLeases(tmp_path / "locks").hold(
+        HostGpus("none", (), "", ""), 0, owner="cpu", timeout_s=0
+    ) as lease:
+        assert lease.ids == [] and lease.fds == []
     assert not (tmp_path / "locks").exists()
 
 
@@ -501,7 +567,7 @@ def test_a_timeout_in_the_same_process_names_count_cards_and_holders(monkeypatch
         leases.hold(host, 2, owner="benchmarks", timeout_s=0.2, poll_s=0.05),
     ):
         pass
-    assert held == ["0"]
+    assert held.ids == ["0"]
     assert str(waited.value).startswith(
         "2 of 2 nvidia GPUs ['0', '1'] did not come free in 0.2 s for benchmarks"
     )

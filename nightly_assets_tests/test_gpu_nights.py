@@ -19,6 +19,7 @@ import yaml
 from nightly_assets.builds.framework_stack import FrameworkStackError, reused_stack
 from nightly_assets.catalog.loader import CatalogError, load_catalog
 from nightly_assets.devices.facts import DeviceFacts
+from nightly_assets.process import GPU_VARIABLES, passed_variables
 from nightly_assets.resources import resources_for
 from nightly_assets_tests.catalog_files import copy_catalog
 from nightly_assets_tests.catalog_nights import CatalogNights
@@ -26,7 +27,17 @@ from nightly_assets_tests.fake_gpus import fake_gpu_host
 from nightly_assets_tests.git_repo import commit_folder
 
 TORCH_VERSION = "2.11.0+cu130"
-CANARIES = ("SLACK_BOT_TOKEN", "NIGHTLY_GITHUB_TOKEN", "CUDA_TOKEN")  # the last matches CUDA_*
+# The last ones match a GPU prefix the runner passes (CUDA_*, NCCL_*, NVIDIA_*, HSA_*): their names'
+# words say they hold a credential.
+CANARIES = (
+    "SLACK_BOT_TOKEN",
+    "NIGHTLY_GITHUB_TOKEN",
+    "CUDA_TOKEN",
+    "CUDA_PWD",
+    "NCCL_IB_PASS",
+    "NVIDIA_NGC_KEY",
+    "HSA_CREDS",
+)
 
 DUMP = """\
 import json, os
@@ -236,3 +247,22 @@ def test_a_runner_that_would_pass_a_secret_is_refused_when_the_catalog_loads(
         load_catalog(catalog)
     message = str(raised.value)
     assert "pass_env" in message and entry in message, message
+
+
+def test_gpu_variables_whose_names_say_they_hold_a_credential_stay_behind() -> None:
+    environ = {
+        "CUDA_HOME": "/usr/local/cuda",
+        "NCCL_IB_HCA": "mlx5",
+        "HSA_OVERRIDE_GFX_VERSION": "11.0.0",
+        "CUDA_PWD": "hunter2",
+        "NCCL_IB_PASS": "hunter2",
+        "NVIDIA_NGC_KEY": "hunter2",
+        "HSA_CREDS": "hunter2",
+        "ROCM_API_KEY": "hunter2",
+    }
+    gpu_prefixes = [*GPU_VARIABLES["nvidia"], *GPU_VARIABLES["amd"]]
+    assert passed_variables(gpu_prefixes, environ) == {
+        "CUDA_HOME": "/usr/local/cuda",
+        "NCCL_IB_HCA": "mlx5",
+        "HSA_OVERRIDE_GFX_VERSION": "11.0.0",
+    }

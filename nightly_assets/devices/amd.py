@@ -13,7 +13,7 @@ from typing import Any
 
 from nightly_assets.devices.gpus import Gpu, HostGpus
 from nightly_assets.devices.tools import ToolError, command_line, json_output, run_tool
-from nightly_assets.devices.visibility import leading_index, pick_visible
+from nightly_assets.devices.visibility import hides_every_device, leading_index, pick_visible
 
 AMD_SMI_VERSION = ("version",)
 AMD_SMI_LIST = ("list", "-e", "--json")
@@ -41,7 +41,8 @@ def probe_amd_smi(smi: str, env: Mapping[str, str], deadline: float) -> HostGpus
     except ToolError as exc:
         return HostGpus("amd", (), "", "", problem=str(exc))
     rocm, amdgpu = _version_field(version, "ROCm version"), _version_field(version, "amdgpu version")
-    return HostGpus("amd", visible(physical, env), amdgpu, f"ROCm {rocm}" if rocm else "")
+    runtime = f"ROCm {rocm}" if rocm else ""
+    return HostGpus("amd", visible(physical, env), amdgpu, runtime, problem=hidden(physical, env))
 
 
 def probe_rocm_smi(smi: str, env: Mapping[str, str], deadline: float) -> HostGpus:
@@ -52,7 +53,8 @@ def probe_rocm_smi(smi: str, env: Mapping[str, str], deadline: float) -> HostGpu
         return HostGpus("amd", (), "", "", problem=str(exc))
     system = report.get("system", {}) if isinstance(report, dict) else {}
     rocm = installed_rocm_version(env)
-    return HostGpus("amd", visible(physical, env), str(system.get("Driver version", "")), rocm)
+    driver = str(system.get("Driver version", ""))
+    return HostGpus("amd", visible(physical, env), driver, rocm, problem=hidden(physical, env))
 
 
 def installed_rocm_version(env: Mapping[str, str]) -> str:
@@ -63,6 +65,14 @@ def installed_rocm_version(env: Mapping[str, str]) -> str:
     except OSError:
         return ""
     return f"ROCm {text.split('-')[0]}" if text else ""
+
+
+def hidden(physical: list[Gpu], env: Mapping[str, str]) -> str:
+    """Why the visibility variables leave none of the physical devices; "" when they leave some."""
+    if visible(physical, env):
+        return ""
+    names = ["ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"]
+    return hides_every_device(len(physical), env, names)
 
 
 def visible(physical: list[Gpu], env: Mapping[str, str]) -> tuple[Gpu, ...]:

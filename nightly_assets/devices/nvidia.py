@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from nightly_assets.devices.gpus import Gpu, HostGpus
 from nightly_assets.devices.tools import ToolError, run_tool
-from nightly_assets.devices.visibility import leading_index, pick_visible
+from nightly_assets.devices.visibility import hides_every_device, leading_index, pick_visible
 
 QUERY = (
     "--query-gpu=index,uuid,name,memory.total,driver_version,mig.mode.current",
@@ -58,7 +58,8 @@ def probe_nvidia(smi: str, env: Mapping[str, str], deadline: float) -> HostGpus:
         return HostGpus("nvidia", (), "", "", problem=str(exc))
     devices = [device for board in boards for device in board.devices()]
     visible = pick_visible(devices, env.get("CUDA_VISIBLE_DEVICES"), lambda entry: resolve(boards, entry))
-    return HostGpus("nvidia", visible, driver, runtime)
+    problem = "" if visible else hides_every_device(len(devices), env, ["CUDA_VISIBLE_DEVICES"])
+    return HostGpus("nvidia", visible, driver, runtime, problem=problem)
 
 
 def parse_query(output: str) -> tuple[list[Board], str]:

@@ -4,7 +4,7 @@ and written so that a child sees exactly the devices it was handed."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
 from nightly_assets.devices.facts import Vendor
@@ -77,3 +77,16 @@ def pick_visible(
             break
         chosen.extend(found)
     return tuple(chosen)
+
+
+def hides_every_device(count: int, env: Mapping[str, str], names: Sequence[str]) -> str:
+    """Why no device is visible though the host has `count`: the visibility variables among `names`
+    that are set (a typo, "-1", another host's UUID); "" when none is set or the host has none."""
+    set_ = {name: env[name] for name in names if name in env}
+    if not count or not set_:
+        return ""
+    values = ", ".join(f"{name}={value!r}" for name, value in set_.items())
+    return (
+        f"{values} names none of this host's {count} GPUs (expected indices 0-{count - 1} or their "
+        "UUIDs): no GPU is handed out and GPU suites only collect"
+    )

@@ -7,11 +7,13 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from nightly_assets.builds.resources import PythonBuildResource
 from nightly_assets.builds.wheel_params import WheelsParams
 from nightly_assets.devices.facts import DeviceFacts
+from nightly_assets.devices.leases import Lease
 from nightly_assets.devices.probe import HostGpus, visible_devices_env
 from nightly_assets.process import run_command
 from nightly_assets.results import TestReport
@@ -73,11 +75,13 @@ class LocalBackend(RunnerBackend):
         path = workdir / output
         # Probed only for work that needs GPUs: a plain command starts without asking the driver.
         host = work.resources.test_runner.host_gpus() if work.gpus else NO_GPUS
-        with handed_devices(work, host, work.gpus, timeout_s) as device_env:
+        with handed_devices(work, host, work.gpus, timeout_s) as handed:
             run_command(
                 [python if a == "python" else str(a).replace("{output}", str(path)) for a in argv],
                 cwd=workdir,
-                env=device_env,
+                env=handed.env,
+                pass_fds=handed.lease.fds,
+                on_start=handed.lease.tests_started,
                 timeout_s=timeout_s,
                 log_path=_unused(workdir / "command.log"),
                 scratch_home=True,
@@ -126,7 +130,7 @@ def _pytest_here(work: StageWork) -> tuple[TestReport, Path]:
         report = parse_collect_only(result.output, name, run.runner_name)
     else:
         junit = run.workdir / "junit.xml"
-        with handed_devices(work, host, suite.min_gpus, timeout_s) as device_env:
+        with handed_devices(work, host, suite.min_gpus, timeout_s) as handed:
             work.context.log.info(f"{name}: pytest {' '.join(args)} on {run.runner_name}")
             test_runner.run_pytest(
                 python,
@@ -135,8 +139,9 @@ def _pytest_here(work: StageWork) -> tuple[TestReport, Path]:
                 junit,
                 timeout_s,
                 log,
-                env={**docker.suite_env(work), **device_env},
+                env={**docker.suite_env(work), **handed.env},
                 passed=passed,
+                lease=handed.lease,
             )
         report = parse_junit(junit, name, run.runner_name)
     work.context.log.info(f"{name}: {report.counts()}")
@@ -154,7 +159,7 @@ def _rerunner_here(work: StageWork, rootdir: Path) -> Rerunner:
         assert runs == 1  # pytest re-runs round by round
         junit = run.workdir / f"confirm-{number}.xml"
         host = test_runner.host_gpus()
-        with handed_devices(work, host, suite.min_gpus, timeout_s) as device_env:
+        with handed_devices(work, host, suite.min_gpus, timeout_s) as handed:
             test_runner.run_pytest(
                 Path(work.env.python),
                 rootdir,
@@ -162,8 +167,9 @@ def _rerunner_here(work: StageWork, rootdir: Path) -> Rerunner:
                 junit,
                 timeout_s,
                 run.workdir / f"confirm-{number}.log",
-                env={**docker.suite_env(work), **device_env},
+                env={**docker.suite_env(work), **handed.env},
                 passed=run.runner.passed_variables() if run.runner else (),
+                lease=handed.lease,
             )
         return parse_junit(junit, name, run.runner_name)
 
@@ -179,10 +185,19 @@ def _gpus(work: StageWork, host: HostGpus) -> int:
     return host.count if declared == "auto" else declared
 
 
+@dataclass(frozen=True)
+class Handed:
+    """The devices a stage's command runs on: its visibility variables and the lease it inherits."""
+
+    env: dict[str, str]
+    lease: Lease
+
+
 @contextlib.contextmanager
-def handed_devices(work: StageWork, host: HostGpus, count: int, timeout_s: float) -> Iterator[dict[str, str]]:
+def handed_devices(work: StageWork, host: HostGpus, count: int, timeout_s: float) -> Iterator[Handed]:
     """Hold `count` of this host's GPUs for the block, for this stage alone: the child's
-    *_VISIBLE_DEVICES name them, and the stage's manifest records what it ran on."""
+    *_VISIBLE_DEVICES name them, the child holds the lease as long as it runs, and the stage's
+    manifest records what it ran on."""
     frameworks = work.environment.frameworks if work.environment is not None else {}
     if count == 0 or host.count < count:
         if count:  # a runner that declares more GPUs than the host shows: nothing to hand out
@@ -191,18 +206,19 @@ def handed_devices(work: StageWork, host: HostGpus, count: int, timeout_s: float
                 "none handed out, the visibility variables are left as they are"
             )
         work.run.manifest["devices"] = DeviceFacts(frameworks=frameworks).model_dump()
-        yield {}
+        yield Handed({}, Lease([]))
         return
     key = work.run.key
     owner = f"{work.spec.key.to_user_string()} {key.night} {key.target} run {work.context.run.run_id[:8]}"
     leases = work.resources.test_runner.leases()
-    with leases.hold(host, count, owner=owner, timeout_s=timeout_s, log=work.context.log.info) as ids:
+    with leases.hold(host, count, owner=owner, timeout_s=timeout_s, log=work.context.log.info) as lease:
+        ids = lease.ids
         facts = host.facts(ids, frameworks)
         work.run.manifest["devices"] = facts.model_dump()
         work.context.log.info(
             f"{work.spec.key.to_user_string()}: handed {', '.join(ids)} ({facts.describe()})"
         )
-        yield visible_devices_env(host.vendor, ids)
+        yield Handed(visible_devices_env(host.vendor, ids), lease)
 
 
 NO_GPUS = HostGpus(vendor="none", gpus=(), driver="", runtime="")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from nightly_assets.devices.leases import GpuLeases
+from nightly_assets.devices.leases import GpuLeases, Lease
 from nightly_assets.devices.probe import HostGpus, probe_gpus
 from nightly_assets.process import CommandResult, cause, run_command
 from nightly_assets.settings import nightly_home
@@ -41,11 +41,13 @@ class LocalTestRunnerResource(dg.ConfigurableResource):
         *,
         env: Mapping[str, str] | None = None,
         passed: Sequence[str] = (),
+        lease: Lease | None = None,
     ) -> CommandResult:
         """Run the suite (`args`: paths, markers, the suite's own arguments), writing JUnit to `junit`;
-        `env` and the orchestrator's variables `passed` (a runner's GPU set) reach it."""
+        `env` and the orchestrator's variables `passed` (a runner's GPU set) reach it. The GPUs'
+        `lease` is held by pytest too, as long as it runs."""
         extra = [f"--junitxml={junit}", "-o", "junit_family=xunit2"]
-        result = self._pytest(python, rootdir, [*args, *extra], timeout_s, log, env, passed)
+        result = self._pytest(python, rootdir, [*args, *extra], timeout_s, log, env, passed, lease)
         usable(result.returncode, result.tail(), junit)
         return result
 
@@ -74,6 +76,7 @@ class LocalTestRunnerResource(dg.ConfigurableResource):
         log: Path,
         env: Mapping[str, str] | None = None,
         passed: Sequence[str] = (),
+        lease: Lease | None = None,
     ) -> CommandResult:
         return run_command(
             [python, "-m", "pytest", *args, "-q", "-p", "no:cacheprovider", "--rootdir", rootdir],
@@ -84,6 +87,8 @@ class LocalTestRunnerResource(dg.ConfigurableResource):
             check=False,
             scratch_home=True,
             passed=passed,
+            pass_fds=lease.fds if lease is not None else (),
+            on_start=lease.tests_started if lease is not None else None,
         )
 
     def host_gpus(self) -> HostGpus:
