@@ -40,6 +40,11 @@ def test_the_site_after_a_good_and_a_failed_night_opens_accessible_with_every_li
         errors: list[tuple[str, str]] = []  # (page, message)
         page.on("console", lambda m: errors.append((page.url, m.text)) if m.type == "error" else None)
         links: set[str] = set()
+        # `nightly serve`'s root lists the pipelines' sites: a person starts there.
+        page.goto(artefact_server + "/")
+        _assert_accessible(page, "the artefact root")
+        page.click("a[href='demo/site/index.html']")
+        assert page.url == site + "index.html"
         for name in PAGES:
             response = page.goto(site + name)
             assert response is not None and response.ok, name

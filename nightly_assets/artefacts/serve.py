@@ -4,7 +4,9 @@ and summaries open in a browser (browsers do not follow file:// links from a web
 from __future__ import annotations
 
 import functools
+import html
 import http.server
+import io
 import os
 import sys
 from pathlib import Path
@@ -36,8 +38,41 @@ class ArtefactHandler(http.server.SimpleHTTPRequestHandler):
             return None
         return super().send_head()
 
+    def list_directory(self, path: str | os.PathLike[str]) -> Any:
+        """The root lists each pipeline's results site above its folders; elsewhere a folder
+        listing as usual."""
+        if Path(path).resolve() != Path(self.directory).resolve():
+            return super().list_directory(path)
+        page = root_index(Path(self.directory)).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html; charset=utf-8")
+        self.send_header("Content-Length", str(len(page)))
+        self.end_headers()
+        return io.BytesIO(page)
+
     def log_message(self, format: str, *args: Any) -> None:
         sys.stderr.write(f"nightly serve: {self.address_string()} {format % args}\n")
+
+
+def root_index(root: Path) -> str:
+    """The artefact root's page: the pipelines' results sites, then every pipeline's folder."""
+    folders = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    sites = [name for name in folders if (root / name / "site" / "index.html").is_file()]
+
+    def items(names: list[str], suffix: str) -> str:
+        return "".join(
+            f'<li><a href="{html.escape(name)}/{suffix}">{html.escape(name)}</a></li>' for name in names
+        )
+
+    return (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        "<title>Nightly artefacts</title></head><body><main><h1>Nightly artefacts</h1>"
+        "<h2>Results sites</h2>"
+        + (f"<ul>{items(sites, 'site/index.html')}</ul>" if sites else "<p>No results site built yet.</p>")
+        + "<h2>Artefact folders</h2>"
+        + (f"<ul>{items(folders, '')}</ul>" if folders else "<p>No artefacts yet.</p>")
+        + "</main></body></html>"
+    )
 
 
 def make_server(root: Path, host: str, port: int) -> http.server.ThreadingHTTPServer:
