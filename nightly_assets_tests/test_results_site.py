@@ -351,3 +351,85 @@ def test_a_bucket_store_uploads_the_site_and_links_its_pages_in_the_bucket(
     )  # the emulator drops charset
     assert blobs[f"{prefix}/demo/site/site.css"].content_type.startswith("text/css")
     assert link.endswith(f"/{gcs.bucket}/{prefix}/demo/site/index.html")
+
+
+def _failures(store: Warehouse) -> list[tuple[str, int, dt.date, str | None]]:
+    """A test failing on two targets (once on both the same night), another once; what the
+    health page lists of them over four nights."""
+    nights = [dt.date(2026, 10, d) for d in (1, 2, 3, 4)]
+    fails = {  # (target, night) -> the failing cases
+        ("cpu", nights[0]): [("tests.a", "test_x", "first")],
+        ("gpu", nights[0]): [("tests.a", "test_x", "gpu")],
+        ("cpu", nights[2]): [("tests.a", "test_x", "newest"), ("tests.b", "test_y", "once")],
+    }
+    for night in nights:
+        for target in ("cpu", "gpu"):
+            failing = fails.get((target, night), [])
+            cases = [TestCase(c, n, "failed", 0.1, m) for c, n, m in failing]
+            cases.append(TestCase("tests.a", "test_ok", "passed", 0.1))
+            store.record_test_report(NightKey("demo", night, target), TestReport("tests_unit", tuple(cases)))
+    found = store.failed_tests("demo", ["cpu", "gpu"], nights)
+    return [(f.test_id, f.count, f.last, f.last_message) for f in found]
+
+
+EXPECTED_FAILURES = [
+    ("tests.a::test_x", 2, dt.date(2026, 10, 3), "newest"),  # 2 nights, not 3 rows
+    ("tests.b::test_y", 1, dt.date(2026, 10, 3), "once"),
+]
+
+
+def test_failed_tests_count_nights_across_targets_with_the_newest_message(tmp_path: Path) -> None:
+    store = Warehouse(f"sqlite:///{tmp_path}/warehouse.sqlite")
+    try:
+        assert _failures(store) == EXPECTED_FAILURES
+    finally:
+        store.dispose()
+
+
+@pytest.mark.mysql
+def test_failed_tests_read_the_same_on_mariadb(mysql_url: str) -> None:
+    store = Warehouse(mysql_url)
+    try:
+        assert _failures(store) == EXPECTED_FAILURES
+    finally:
+        store.dispose()
+
+
+def test_a_nights_update_rewrites_only_the_test_pages_that_night_changed(
+    demo: Pipeline, tmp_path: Path
+) -> None:
+    store = Warehouse(f"sqlite:///{tmp_path}/warehouse.sqlite")
+    artefacts = tmp_path / "artefacts"
+    try:
+        _fill(store, demo)
+        build_site(demo, store, artefacts, folder_url)  # the full build: every page
+        built: dict[dt.date, list[str]] = {}
+        for offset in (NIGHTS, NIGHTS + 1):  # two more nights: test_mean still broken, test_read passes
+            night = FIRST + dt.timedelta(days=offset)
+            key = NightKey("demo", night, "cpu")
+            cases = (
+                TestCase("tests.test_reduce", "test_mean", "failed", 0.01, "assert 4.0 == 3.0"),
+                TestCase("tests.test_io", "test_read", "passed", 0.02),
+                TestCase("tests.test_io", "test_write", "passed", 0.02),
+            )
+            store.record_test_report(key, TestReport("tests_unit", cases), run_id=f"run-{offset}")
+            store.record_stage(
+                key, "tests_unit", status="failure", runner="local", duration_s=1.0, run_id=f"run-{offset}"
+            )
+            store.record_night(key, run_id=f"run-{offset}", status="failure", pins={})
+            built[night] = build_site(demo, store, artefacts, folder_url, night=key).written
+    finally:
+        store.dispose()
+    site = artefacts / "demo" / "site"
+    mean = history_page_path("tests_unit", "tests.test_reduce::test_mean")
+    read = history_page_path("tests_unit", "tests.test_io::test_read")
+    first, second = sorted(built)
+    # The first new night follows test_read's last flaky failure: its page shows the pass.
+    assert {mean, read} <= set(built[first])
+    # The next one changed only the broken test's page; test_read's stays as the night before wrote it.
+    assert mean in built[second] and read not in built[second]
+    assert "index.html" in built[second] and "health.html" in built[second]
+    mean_html, read_html = (site / mean).read_text(), (site / read).read_text()
+    assert f"<td>{second}</td>" in mean_html and f"Written after the night of {second}" in mean_html
+    assert f"<td>{second}</td>" not in read_html and f"Written after the night of {first}" in read_html
+    assert f"<td>{first}</td>" in read_html

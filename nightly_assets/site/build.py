@@ -1,7 +1,7 @@
 """A pipeline's results site written into the artefact store (``<root>/<pipeline>/site/``): the
 pages, their stylesheet, and the night results as JSON (``results_json.py``). Each file is written
-whole and renamed into place, so a reader never sees half a page; a night rebuilds the pages and
-only its own JSON file."""
+whole and renamed into place, so a reader never sees half a page; a night rebuilds the pages, the
+test pages it changed and only its own JSON file."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from pathlib import Path
 from nightly_assets.catalog.models import Pipeline
 from nightly_assets.results import NightKey
 from nightly_assets.site import results_json
-from nightly_assets.site.data import read_site_data
-from nightly_assets.site.pages import FolderUrl, Page, SiteRenderer
+from nightly_assets.site.data import HEALTH_NIGHTS, SiteData, read_site_data
+from nightly_assets.site.pages import FolderUrl, Page, SiteRenderer, history_page_path
 from nightly_assets.site.redaction import (
     PublicSiteError,
     Redactor,
@@ -80,11 +80,16 @@ def build_site(
         renderer.cost(),
         renderer.alerts(),
     ]
-    history_since = data.nights[-1].night.night if data.nights else dt.date.max  # the grid's window
-    window = len({o.night.night for o in data.nights})  # the nights the grid and the histories show
-    histories = store.test_histories_of(pipeline.name, paged, since=history_since)
-    for suite, test_id in paged:
-        pages.append(renderer.history_page(suite, test_id, histories[(suite, test_id)], window))
+    # A test's page covers the window its verdict and the health page's failures are judged over
+    # (the test_health stage's 30 nights), not the grid's two months: half the rows at scale.
+    judged_nights = sorted({o.night.night for o in data.nights}, reverse=True)[:HEALTH_NIGHTS]
+    history_since = judged_nights[-1] if judged_nights else dt.date.max
+    window = len(judged_nights)
+    rewritten = _histories_to_write(pipeline, store, data, paged, night, artefact_root)
+    histories = store.test_histories_of(pipeline.name, rewritten, since=history_since)
+    as_of = data.nights[0].night.night if data.nights else None
+    for suite, test_id in rewritten:
+        pages.append(renderer.history_page(suite, test_id, histories[(suite, test_id)], window, as_of))
     files = {page.path: page.html for page in pages}
     files["site.css"] = resources.files("nightly_assets.site").joinpath("templates/site.css").read_text()
     keys = [night] if night is not None else [o.night.key for o in data.nights]
@@ -112,6 +117,36 @@ def build_site(
         _write(build, relative, text)
     build.seconds = time.monotonic() - started
     return build
+
+
+def _histories_to_write(
+    pipeline: Pipeline,
+    store: Warehouse,
+    data: SiteData,
+    paged: list[tuple[str, str]],
+    night: NightKey | None,
+    artefact_root: Path,
+) -> list[tuple[str, str]]:
+    """The test pages a build writes: all of them on a full build; after one night, those the
+    night changed (the tests that failed on it or on the target's night before, so a fix shows;
+    the tests it judged) and those without a page yet. A steady test's page is left as written:
+    the 300 pages' histories are most of a night's update at scale."""
+    folder = site_folder(artefact_root, pipeline.name)
+    if night is None or not (folder / "index.html").is_file():
+        return paged
+    target_nights = [o.night.night for o in data.nights if o.night.target == night.target]  # newest first
+    nights = [night.night, *[n for n in target_nights if n < night.night][:1]]
+    failed = {(f.suite, f.test_id) for f in store.failed_tests(pipeline.name, [night.target], nights)}
+    judged = (
+        {(v.suite, v.test_id) for v in data.verdicts.get(night.target, [])}
+        if data.verdict_nights.get(night.target) == night.night
+        else set()
+    )
+    return [
+        test
+        for test in paged
+        if test in failed or test in judged or not (folder / history_page_path(*test)).is_file()
+    ]
 
 
 def _write(build: SiteBuild, relative: str, text: str) -> None:

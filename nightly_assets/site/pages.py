@@ -199,8 +199,8 @@ class SiteRenderer:
                 "test": f.test_id,
                 "suite": f.suite,
                 "href": history_page_path(f.suite, f.test_id) if (f.suite, f.test_id) in paged else None,
-                "count": len(f.nights),
-                "last": f.nights[0].isoformat(),
+                "count": f.count,
+                "last": f.last.isoformat(),
                 "message": (f.last_message or "")[:MESSAGE_CHARS],
             }
             for f in self.data.failed_tests
@@ -216,7 +216,9 @@ class SiteRenderer:
             window=plural(HEALTH_NIGHTS, "night"),
         )
 
-    def history_page(self, suite: str, test_id: str, runs: list[TestRun], limit: int) -> Page:
+    def history_page(
+        self, suite: str, test_id: str, runs: list[TestRun], limit: int, as_of: dt.date | None = None
+    ) -> Page:
         shown = []
         for run in runs:
             key = NightKey(self.data.pipeline.name, run.night, run.target)
@@ -233,7 +235,9 @@ class SiteRenderer:
                 }
             )
         path = history_page_path(suite, test_id)
-        return self._render("test.html.j2", path, test_id, suite=suite, runs=shown, limit=limit)
+        as_of_text = as_of.isoformat() if as_of is not None else None
+        context = {"suite": suite, "runs": shown, "limit": limit, "as_of": as_of_text}
+        return self._render("test.html.j2", path, test_id, **context)
 
     # -- performance ------------------------------------------------------------------------
 
