@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 
 from nightly_assets import cli_instance, cli_night, cli_queries, history_cli
 from nightly_assets.cli_usage import INTERRUPTED, SettingsError, UsageError
+from nightly_assets.shards import cli as shards_cli
+from nightly_assets.shards.plan import ShardPlanError
 
 if TYPE_CHECKING:  # the modules behind a command are imported by that command: `--help` answers at once
     from nightly_assets.catalog.models import Catalog
@@ -42,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     status.add_argument("--pipeline", help="only this pipeline")
     status.add_argument("--json", action="store_true", help="machine-readable output")
     history_cli.add_parser(sub)
+    shards_cli.add_parser(sub)
     site = sub.add_parser(
         "site",
         help="build each pipeline's results site from the warehouse (after each night it updates itself)",
@@ -84,16 +87,20 @@ def _user_errors() -> tuple[type[Exception], ...]:
     from nightly_assets.catalog.loader import CatalogError
     from nightly_assets.warehouse.access import WarehouseError
 
-    return (CatalogError, UsageError, WarehouseError, SettingsError, history_cli.TargetError)
+    return (CatalogError, UsageError, WarehouseError, SettingsError, history_cli.TargetError, ShardPlanError)
 
 
 def _command(args: argparse.Namespace, own_process: bool = False) -> int:
     """Run the parsed command; its exit status. `own_process`: the command is this process's own
     command line (not a call from Python), so it may tune the process's garbage collection."""
-    if args.command in ("status", "tests"):  # questions to the warehouse: no dagster, no resources
+    if args.command == "shards" and args.durations is not None:  # a file: no catalog, no warehouse
+        return cli_queries.shards_of_file(args)
+    if args.command in ("status", "tests", "shards"):  # questions to the warehouse: no dagster, no resources
         outline = _catalog_outline()
         if args.command == "tests":
             return cli_queries.tests(outline, args)
+        if args.command == "shards":
+            return cli_queries.shards(outline, args)
         return cli_queries.status(outline, args.pipeline, args.json)
     if own_process and args.command in ("run", "culprits"):
         gc.disable()  # until `cli_night.night_begins`: what starting up makes lives as long as the process

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from nightly_assets import history_cli
-from nightly_assets.cli_usage import SettingsError, any_night, pipeline_named, unset_message
+from nightly_assets.cli_usage import SettingsError, UsageError, any_night, pipeline_named, unset_message
 
 if TYPE_CHECKING:
     from nightly_assets.catalog.models import Catalog, Pipeline
@@ -89,6 +89,40 @@ def tests(catalog: Catalog | CatalogOutline, args: argparse.Namespace) -> int:
     _quiet_warehouse_logs()
     with query_warehouse() as store:
         return history_cli.run(store, pipeline, args, any_night)
+
+
+def shards_of_file(args: argparse.Namespace) -> int:
+    """`nightly shards plan --durations FILE`: a plan from a file alone."""
+    from nightly_assets.shards import cli as shards_cli
+
+    if args.pipeline is not None:
+        raise UsageError("shards plan: give a pipeline and its suite, or --durations FILE, not both")
+    return shards_cli.run(args, shards_cli.durations_file(args.durations), f"--durations {args.durations}")
+
+
+def shards(catalog: Catalog | CatalogOutline, args: argparse.Namespace) -> int:
+    """`nightly shards plan PIPELINE SUITE`: a plan from the suite's recorded durations."""
+    from nightly_assets.shards import cli as shards_cli
+    from nightly_assets.words import plural
+
+    if args.pipeline is None or args.suite is None:
+        raise UsageError("shards plan: give a pipeline and its suite (demo tests_unit), or --durations FILE")
+    if args.nights < 1:
+        raise UsageError(f"--nights {args.nights}: expected 1 or more")
+    pipeline = pipeline_named(catalog, args.pipeline)
+    stages = [stage.name for stage in pipeline.stages]
+    if args.suite not in stages:
+        known = ", ".join(stages)
+        raise UsageError(f"pipeline {pipeline.name!r} has no stage {args.suite!r}; its stages: {known}")
+    target = history_cli.target_of(pipeline, args.target)
+    _quiet_warehouse_logs()
+    with query_warehouse() as store:
+        durations, nights = store.suite_durations(pipeline.name, target, args.suite, nights=args.nights)
+    where = f"{pipeline.name}/{args.suite} on {target}"
+    if not durations:
+        raise UsageError(f"{where}: no test durations recorded yet (run a night first, or use --durations)")
+    source = f"{where}, mean of {plural(len(nights), 'night')} {nights[-1]}..{nights[0]}"
+    return shards_cli.run(args, durations, source)
 
 
 def _quiet_warehouse_logs() -> None:

@@ -66,26 +66,27 @@ def run(
     from nightly_assets.results import NightKey
 
     if args.action == "rates":
-        target = _target(pipeline, args.target)
+        target = target_of(pipeline, args.target)
         below = None if args.all else args.below
         rates = store.pass_rates(pipeline.name, target, args.nights, below=below)
         _print_rates(pipeline.name, target, args.nights, below, rates, args.json)
     elif args.action == "new":
-        key = NightKey(pipeline.name, night(pipeline, args.night), _target(pipeline, args.target))
+        key = NightKey(pipeline.name, night(pipeline, args.night), target_of(pipeline, args.target))
         _print_runs(f"{key}: newly failing (passed the previous night)", store.newly_failing(key), args.json)
     elif args.action == "history":
         runs = store.test_history(pipeline.name, args.suite, args.test_id, limit=args.limit)
         _print_runs(f"{pipeline.name} {args.suite} {args.test_id}: newest first", runs, args.json)
     elif args.action == "flaky":
-        key = NightKey(pipeline.name, night(pipeline, args.night), _target(pipeline, args.target))
+        key = NightKey(pipeline.name, night(pipeline, args.night), target_of(pipeline, args.target))
         _print_verdicts(key, store.verdicts(key), args.json)
     else:
-        only = None if args.target is None else _target(pipeline, args.target)
+        only = None if args.target is None else target_of(pipeline, args.target)
         _print_regressions(pipeline.name, store.regressions(pipeline.name, target=only), args.json)
     return 0
 
 
-def _target(pipeline: Pipeline | PipelineOutline, name: str | None) -> str:
+def target_of(pipeline: Pipeline | PipelineOutline, name: str | None) -> str:
+    """The --target given, else the pipeline's only one; TargetError naming the choices."""
     names = [t.name for t in pipeline.targets]
     if name is None and len(names) == 1:
         return names[0]

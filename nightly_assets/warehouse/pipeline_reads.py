@@ -143,6 +143,23 @@ class PipelineReads(DatabaseAccess):
                 found[(r.suite, test_id)] = FailedTest(r.suite, test_id, r.nights_failed, r.night, r.message)
         return sorted(found.values(), key=lambda f: (-f.count, f.suite, f.test_id))
 
+    def suite_durations(
+        self, pipeline: str, target: str, suite: str, *, nights: int
+    ) -> tuple[dict[str, float], list[dt.date]]:
+        """Each test's mean seconds on the suite's newest `nights` nights with results (tests that
+        ran: passed, failed or errored), by node id; with the nights read, newest first."""
+        t = TestCaseTable
+        of_suite = (t.pipeline == pipeline, t.target == target, t.suite == suite)
+        recent = select(t.night).where(*of_suite).distinct().order_by(t.night.desc()).limit(nights)
+        read = [r.night for r in self._read(_rows_of(recent))]
+        query = (
+            select(t.classname, t.name, func.avg(t.duration_s).label("seconds"))
+            .where(*of_suite, t.night.in_(read), t.outcome.in_((*FAILED_OUTCOMES, "passed")))
+            .group_by(t.classname, t.name)
+        )
+        found = {node_id_of(r.classname, r.name): float(r.seconds) for r in self._read(_rows_of(query))}
+        return found, read
+
     def test_histories_of(
         self, pipeline: str, tests: Sequence[tuple[str, str]], *, since: dt.date
     ) -> dict[tuple[str, str], list[TestRun]]:
