@@ -200,6 +200,24 @@ def test_the_demo_gpu_night_on_a_cpu_host_collects_and_skips_never_fails(
     assert stages["tests_unit"].detail == "3/3 passed"
 
 
+def test_a_visibility_variable_that_hides_every_card_is_named_in_the_night(
+    catalog_nights: CatalogNights, wheelhouse: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The host has two L40s, but the orchestrator's CUDA_VISIBLE_DEVICES names none of them (a
+    typo): the GPU suites only collect, and their detail says why, not a silent collect-only."""
+    fake_gpu_host(monkeypatch, tmp_path, "l40x2")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "abc")
+    monkeypatch.delenv("NIGHTLY_BASE_PYTHON", raising=False)
+    text = (Path(__file__).parents[1] / "nightly_assets" / "defs" / "demo_gpu" / "defs.yaml").read_text()
+    _, stages, _ = catalog_nights.run(yaml.safe_dump(yaml.safe_load(text)["attributes"]), "2026-11-20")
+
+    assert stages["tests_gpu_1"].detail.startswith(
+        "5 collected, not run: needs 1 GPU, none here; CUDA_VISIBLE_DEVICES='abc' names none of this "
+        "host's 2 GPUs"
+    ), stages["tests_gpu_1"].detail
+    assert stages["tests_unit"].detail == "3/3 passed"
+
+
 def test_a_base_python_that_cannot_serve_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     where = "demo_gpu/environment (runner 'local')"
     with pytest.raises(

@@ -181,6 +181,7 @@ def _gpus(work: StageWork, host: HostGpus) -> int:
     """The GPUs the stage's runner has: what this host shows for `gpus: auto`, else as declared."""
     if host.problem:
         work.context.log.warning(f"{work.spec.key.to_user_string()}: GPUs not counted: {host.problem}")
+        work.run.manifest["gpu_problem"] = host.problem  # the stage's detail says why it only collected
     declared = work.run.runner.gpus if work.run.runner else 0
     return host.count if declared == "auto" else declared
 

@@ -97,7 +97,9 @@ def build_test_suite_asset(spec: StageSpec) -> dg.AssetsDefinition:
             run.status = "success" if passed.passed else "failure"
             if quarantined:
                 run.manifest["quarantined"] = sorted(quarantined)
-            run.detail = _outcome_words(report, suite, run.target.arch, recorded_devices(run))
+            run.detail = _outcome_words(
+                report, suite, run.target.arch, recorded_devices(run), run.manifest.get("gpu_problem", "")
+            )
             run.detail += confirmation.summary()
             if not passed.passed:
                 run.failure = passed.description
@@ -121,15 +123,19 @@ def _failing_on(
     return {c.node_id for c in store.failed_cases(night, suite)}
 
 
-def _outcome_words(report: TestReport, suite: Suite, arch: str, devices: DeviceFacts | None) -> str:
+def _outcome_words(
+    report: TestReport, suite: Suite, arch: str, devices: DeviceFacts | None, gpu_problem: str = ""
+) -> str:
     """The stage's one-line detail: "9/10 passed (1 failed)", or for a suite that only collected
-    what happened and why: "2 collected, not run: needs 1 GPU, none here"."""
+    what happened and why: "2 collected, not run: needs 1 GPU, none here", with why none are
+    here where the host's cards could not be counted or were all hidden."""
     if report.collect_only:
         if arch in suite.collect_only_on:
             why = f"collect-only on {arch}"
         else:
             have = devices.count if devices is not None else 0
             why = f"needs {plural(suite.min_gpus, 'GPU')}, " + (f"{have} here" if have else "none here")
+            why += f"; {gpu_problem}" if gpu_problem else ""
         return f"{report.count('collected')} collected, not run: {why}"
     failed, errors = report.count("failed"), report.count("error")
     problems = [f"{failed} failed"] if failed else []
