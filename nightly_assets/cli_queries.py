@@ -121,7 +121,8 @@ def shards(catalog: Catalog | CatalogOutline, args: argparse.Namespace) -> int:
     where = f"{pipeline.name}/{args.suite} on {target}"
     if not durations:
         raise UsageError(f"{where}: no test durations recorded yet (run a night first, or use --durations)")
-    source = f"{where}, mean of {plural(len(nights), 'night')} {nights[-1]}..{nights[0]}"
+    span = f"{nights[-1]}..{nights[0]}" if len(nights) > 1 else f"{nights[0]}"
+    source = f"{where}, mean of {plural(len(nights), 'night')} {span}"
     return shards_cli.run(args, durations, source)
 
 

@@ -64,6 +64,11 @@ def test_the_plan_is_deterministic_whatever_the_order_of_the_durations() -> None
     assert plan_shards(durations, 5) == plan_shards(dict(shuffled), 5)
 
 
+def test_tests_too_fast_to_measure_still_spread_across_the_shards() -> None:
+    plan = plan_shards({f"t{i}.py::test": 0.0 for i in range(6)}, 3)
+    assert [len(s.units) for s in plan.shards] == [2, 2, 2]
+
+
 def test_tests_never_seen_get_their_files_mean_else_the_suites_median() -> None:
     durations = {"a.py::t1": 10.0, "a.py::t2": 30.0, "b.py::t1": 2.0, "gone.py::t": 99.0}
     plan = plan_shards(durations, 2, tests=["a.py::t1", "a.py::t2", "a.py::new", "b.py::t1", "c.py::t1"])

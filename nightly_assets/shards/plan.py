@@ -124,14 +124,16 @@ def plan_shards(durations: Mapping[str, float], count: int, tests: Sequence[str]
         else:
             units.append((name, file_total))
     units.sort(key=lambda u: (-u[1], u[0]))
-    loads = [(0.0, index) for index in range(count)]  # a heap: the least-loaded, then the lowest index
+    # A heap: the least-loaded shard, then the one with fewest units (tests that take no measurable
+    # time still spread out), then the lowest index.
+    loads = [(0.0, 0, index) for index in range(count)]
     assigned: list[list[str]] = [[] for _ in range(count)]
     seconds_of = [0.0] * count
     for unit, seconds in units:
-        load, index = heapq.heappop(loads)
+        load, held, index = heapq.heappop(loads)
         assigned[index].append(unit)
         seconds_of[index] = load + seconds
-        heapq.heappush(loads, (load + seconds, index))
+        heapq.heappush(loads, (load + seconds, held + 1, index))
     shards = tuple(Shard(i + 1, tuple(assigned[i]), seconds_of[i]) for i in range(count))
     longest_unit = max((seconds for _, seconds in units), default=0.0)
     return ShardPlan(shards, total, longest_unit, tuple(split), tuple(estimated))
