@@ -211,10 +211,11 @@ def test_a_visibility_variable_that_hides_every_card_is_named_in_the_night(
     text = (Path(__file__).parents[1] / "nightly_assets" / "defs" / "demo_gpu" / "defs.yaml").read_text()
     _, stages, _ = catalog_nights.run(yaml.safe_dump(yaml.safe_load(text)["attributes"]), "2026-11-20")
 
-    assert stages["tests_gpu_1"].detail.startswith(
+    detail = stages["tests_gpu_1"].detail or ""
+    assert detail.startswith(
         "5 collected, not run: needs 1 GPU, none here; CUDA_VISIBLE_DEVICES='abc' names none of this "
         "host's 2 GPUs"
-    ), stages["tests_gpu_1"].detail
+    ), detail
     assert stages["tests_unit"].detail == "3/3 passed"
 
 
