@@ -87,7 +87,8 @@ _SECRET_PREFIXES = (
 def names_a_secret(name: str) -> bool:
     """A variable whose name says it holds a credential (a token, password, key...)."""
     upper = name.upper()
-    return bool(_SECRET_WORDS.search(upper)) or not _SECRET_NAME_WORDS.isdisjoint(upper.split("_"))
+    words = upper.split("_")  # a word of a longer name: PWD alone is the shell's working directory
+    return bool(_SECRET_WORDS.search(upper)) or (len(words) > 1 and not _SECRET_NAME_WORDS.isdisjoint(words))
 
 
 def secret_variable_problem(pattern: str) -> str | None:

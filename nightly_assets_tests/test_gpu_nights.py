@@ -19,7 +19,7 @@ import yaml
 from nightly_assets.builds.framework_stack import FrameworkStackError, reused_stack
 from nightly_assets.catalog.loader import CatalogError, load_catalog
 from nightly_assets.devices.facts import DeviceFacts
-from nightly_assets.process import GPU_VARIABLES, passed_variables
+from nightly_assets.process import GPU_VARIABLES, names_a_secret, passed_variables
 from nightly_assets.resources import resources_for
 from nightly_assets_tests.catalog_files import copy_catalog
 from nightly_assets_tests.catalog_nights import CatalogNights
@@ -279,6 +279,7 @@ def test_gpu_variables_whose_names_say_they_hold_a_credential_stay_behind() -> N
         "HSA_CREDS": "hunter2",
         "ROCM_API_KEY": "hunter2",
     }
+    assert not names_a_secret("PWD") and not names_a_secret("OLDPWD")  # the shell's, not a password
     gpu_prefixes = [*GPU_VARIABLES["nvidia"], *GPU_VARIABLES["amd"]]
     assert passed_variables(gpu_prefixes, environ) == {
         "CUDA_HOME": "/usr/local/cuda",
