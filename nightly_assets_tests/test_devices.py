@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from nightly_assets.devices.gpus import Gpu, HostGpus
-from nightly_assets.devices.leases import GpuLeases, GpuLeaseTimeout, process_start
+from nightly_assets.devices.leases import GpuLeases, GpuLeaseTimeout, Holder, process_start
 from nightly_assets.devices.probe import VISIBILITY_VARIABLES, probe_gpus, visible_devices_env
 from nightly_assets_tests.fake_gpus import fake_gpu_host, install_fake_gpu_tools, recorded_hosts
 
@@ -572,3 +572,22 @@ def test_a_timeout_in_the_same_process_names_count_cards_and_holders(monkeypatch
         "2 of 2 nvidia GPUs ['0', '1'] did not come free in 0.2 s for benchmarks"
     )
     assert "held by: 0: nightly demo/tests_gpu (pid " in str(waited.value)
+
+
+def test_only_the_tests_of_a_holder_known_to_have_ended_are_ever_ended() -> None:
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    tests = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        me, started = os.getpid(), process_start(tests.pid)
+        assert started is not None
+        assert Holder("gone", ended.pid, 12345, tests.pid, started).stale_tests() == tests.pid
+        assert Holder("alive", me, process_start(me), tests.pid, started).stale_tests() is None
+        # No start times to tell processes apart (no /proc): never end what may be alive.
+        assert Holder("unknown", ended.pid, None, tests.pid, started).stale_tests() is None
+        assert Holder("unknown", ended.pid, 12345, tests.pid, None).stale_tests() is None
+        # The tests' pid now names another process (started later): not the holder's tests.
+        assert Holder("reused", ended.pid, 12345, tests.pid, started - 1).stale_tests() is None
+    finally:
+        tests.kill()
+        tests.wait()

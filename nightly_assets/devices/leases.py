@@ -72,11 +72,14 @@ class Holder:
             return None  # free, being written, or written by an older version
 
     def stale_tests(self) -> int | None:
-        """The tests' process group when the holder has ended but its tests still run."""
-        if process_start(self.pid) == self.pid_start and self.pid_start is not None:
-            return None  # the holder is alive: its lease is its own
-        if self.tests is None or process_start(self.tests) != self.tests_start:
+        """The tests' process group when the holder has ended but its tests still run; None when
+        it cannot tell (no /proc to read start times from: never end what may be alive)."""
+        if self.pid_start is None or self.tests is None or self.tests_start is None:
             return None
+        if process_start(self.pid) == self.pid_start:
+            return None  # the holder is alive: its lease is its own
+        if process_start(self.tests) != self.tests_start:
+            return None  # the tests have ended too (or their pid is another process's now)
         return self.tests
 
 
