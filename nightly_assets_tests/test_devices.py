@@ -591,3 +591,12 @@ def test_only_the_tests_of_a_holder_known_to_have_ended_are_ever_ended() -> None
     finally:
         tests.kill()
         tests.wait()
+
+
+def test_a_holder_reads_back_as_written_and_keeps_when_it_took_the_card(tmp_path: Path) -> None:
+    lock = tmp_path / "nvidia-GPU-x.lock"
+    holder = Holder("demo_gpu/tests_unit 2026-11-03 gpu run ab12", 41, 7, since="2026-11-03T03:00:00+00:00")
+    lock.write_text(holder.text())
+    assert Holder.read(lock) == holder
+    lock.write_text("demo_gpu/tests_unit (pid 41, since 2026-11-03T03:00:00+00:00)\n")  # an older version's
+    assert Holder.read(lock) is None

@@ -42,7 +42,8 @@ def probe_amd_smi(smi: str, env: Mapping[str, str], deadline: float) -> HostGpus
         return HostGpus("amd", (), "", "", problem=str(exc))
     rocm, amdgpu = _version_field(version, "ROCm version"), _version_field(version, "amdgpu version")
     runtime = f"ROCm {rocm}" if rocm else ""
-    return HostGpus("amd", visible(physical, env), amdgpu, runtime, problem=hidden(physical, env))
+    shown = visible(physical, env)
+    return HostGpus("amd", shown, amdgpu, runtime, problem=hidden(physical, shown, env))
 
 
 def probe_rocm_smi(smi: str, env: Mapping[str, str], deadline: float) -> HostGpus:
@@ -54,7 +55,8 @@ def probe_rocm_smi(smi: str, env: Mapping[str, str], deadline: float) -> HostGpu
     system = report.get("system", {}) if isinstance(report, dict) else {}
     rocm = installed_rocm_version(env)
     driver = str(system.get("Driver version", ""))
-    return HostGpus("amd", visible(physical, env), driver, rocm, problem=hidden(physical, env))
+    shown = visible(physical, env)
+    return HostGpus("amd", shown, driver, rocm, problem=hidden(physical, shown, env))
 
 
 def installed_rocm_version(env: Mapping[str, str]) -> str:
@@ -67,9 +69,10 @@ def installed_rocm_version(env: Mapping[str, str]) -> str:
     return f"ROCm {text.split('-')[0]}" if text else ""
 
 
-def hidden(physical: list[Gpu], env: Mapping[str, str]) -> str:
-    """Why the visibility variables leave none of the physical devices; "" when they leave some."""
-    if visible(physical, env):
+def hidden(physical: list[Gpu], shown: tuple[Gpu, ...], env: Mapping[str, str]) -> str:
+    """Why the visibility variables leave none of the physical devices; "" when they leave some
+    (`shown`: what `visible` picked)."""
+    if shown:
         return ""
     names = ["ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"]
     return hides_every_device(len(physical), env, names)

@@ -12,6 +12,7 @@ those tests (TERM, then KILL) before it takes their cards."""
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import json
 import os
@@ -51,24 +52,25 @@ class Holder:
     pid_start: int | None
     tests: int | None = None  # the process group of the tests using the card
     tests_start: int | None = None
+    since: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
 
     def text(self) -> str:
-        since = datetime.now(UTC).isoformat(timespec="seconds")
         record = {
             "pid": self.pid,
             "pid_start": self.pid_start,
             "tests": self.tests,
             "tests_start": self.tests_start,
         }
-        return f"{self.owner} (pid {self.pid}, since {since})\n{json.dumps(record)}\n"
+        return f"{self.owner} (pid {self.pid}, since {self.since})\n{json.dumps(record)}\n"
 
     @classmethod
     def read(cls, path: Path) -> Holder | None:
         try:
             first, record = path.read_text().splitlines()[:2]
             fields = json.loads(record)
-            return cls(first.rsplit(" (pid ", 1)[0], **fields)
-        except (OSError, ValueError, TypeError):
+            owner, rest = first.rsplit(" (pid ", 1)
+            return cls(owner, **fields, since=rest.split(", since ", 1)[1].rstrip(")"))
+        except (OSError, ValueError, TypeError, IndexError):
             return None  # free, being written, or written by an older version
 
     def stale_tests(self) -> int | None:
@@ -96,9 +98,8 @@ class Lease:
         this lease's holder dies first."""
         if self.holder is None:
             return
-        self.holder = Holder(
-            self.holder.owner, self.holder.pid, self.holder.pid_start, pid, process_start(pid)
-        )
+        # Still the holder's own `since`: when the card was taken, not when its tests began.
+        self.holder = dataclasses.replace(self.holder, tests=pid, tests_start=process_start(pid))
         for fd in self.fds:
             _rewrite(fd, self.holder.text())
 

@@ -8,7 +8,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-from nightly_assets.shards.plan import ShardPlan, ShardPlanError, checked_durations, plan_shards, shard_count
+from nightly_assets.shards.plan import (
+    ShardPlan,
+    ShardPlanError,
+    checked_durations,
+    file_of,
+    plan_shards,
+    shard_count,
+)
 from nightly_assets.words import plural
 
 
@@ -58,7 +65,7 @@ def run(args: argparse.Namespace, durations: dict[str, float], source: str) -> i
 def describe(plan: ShardPlan, source: str, units: int) -> str:
     lines = [f"{plural(len(plan.shards), 'shard')} of {plural(units, 'test')} ({source}):"]
     for shard in plan.shards:
-        files = len({unit.split("::", 1)[0] for unit in shard.units})
+        files = len({file_of(unit) for unit in shard.units})
         lines.append(
             f"  shard {shard.index}: {shard.seconds:9.1f} s  {plural(len(shard.units), 'unit')}"
             f" from {plural(files, 'file')}"
