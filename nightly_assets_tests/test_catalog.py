@@ -211,6 +211,12 @@ def test_builtin_catalog_has_the_seed_values():
             "dynamo/defs.yaml: pipeline 'dynamo' stage 'tests_unit' (test_suite) cannot run on "
             "'gpu-l40-amd64' (docker); expected a runner of kind tpu_vm",
         ),
+        (  # shards run where a runner holds many at once: not (yet) on a Docker pool
+            "dynamo",
+            lambda d: d["stages"][3]["suite"].update(shards=4),
+            "stage 'tests_unit': suite.shards runs on runners of kind local, not on 'gpu-l40-amd64' "
+            "(docker); leave 'shards' and 'shard_minutes' out there",
+        ),
         (
             "demo",
             lambda d: d["stages"][-2].update(runner="local"),

@@ -23,7 +23,14 @@ from pydantic import (
 from nightly_assets.catalog.bazel import BazelBootstrap, BazelBuild, BazelTests
 from nightly_assets.catalog.errors import error_parts, params_error
 from nightly_assets.catalog.fields import Arch, Cron, RunnerRef, StrictModel, TargetName
-from nightly_assets.catalog.kinds import ORCHESTRATOR, Identifier, StageParams, kind_rules, registered_kinds
+from nightly_assets.catalog.kinds import (
+    ORCHESTRATOR,
+    SHARDED_RUNNER_KINDS,
+    Identifier,
+    StageParams,
+    kind_rules,
+    registered_kinds,
+)
 from nightly_assets.catalog.runner import Runner
 from nightly_assets.catalog.suite import Confirm, Suite
 from nightly_assets.tpu.models import TpuTarget
@@ -352,6 +359,11 @@ def _check_runner_kinds(pipeline: Pipeline, stage: Stage, runners: dict[str, Run
             raise ValueError(
                 f"{where} ({stage.kind}) cannot run on '{name}' ({runners[name].kind}); "
                 f"expected a runner of kind {kinds}"
+            )
+        if stage.suite and stage.suite.sharded and runners[name].kind not in SHARDED_RUNNER_KINDS:
+            raise ValueError(
+                f"{where}: suite.shards runs on runners of kind {', '.join(sorted(SHARDED_RUNNER_KINDS))}, "
+                f"not on '{name}' ({runners[name].kind}); leave 'shards' and 'shard_minutes' out there"
             )
 
 

@@ -38,9 +38,28 @@ class Suite(StrictModel):
     collect_only_on: list[Arch] = Field(default_factory=list)
     min_gpus: int = Field(default=0, ge=0)
     confirm: Confirm = Field(default_factory=Confirm)
+    # Split the suite across N processes or machines of its runner (shards/), planned from each
+    # test's recorded durations; or as many shards as keep each near `shard_minutes`.
+    shards: int | None = Field(default=None, ge=1)
+    shard_minutes: float | None = Field(default=None, gt=0)
+    # A lost shard (killed, preempted, past its time) is run again alone this many more times. One:
+    # a single preemption or node failure is common and costs one shard's time; a shard lost twice
+    # is more likely its tests' own fault, and its tests are reported as not run.
+    shard_retries: int = Field(default=1, ge=0, le=5)
 
     @model_validator(mode="after")
     def _one_selector(self) -> Suite:
         if self.bazel is not None and (self.markers is not None or self.pytest_args):
             raise ValueError("a Bazel suite selects its tests by targets: no 'markers' or 'pytest_args'")
+        if self.shards is not None and self.shard_minutes is not None:
+            raise ValueError("say 'shards' (how many) or 'shard_minutes' (how long each), not both")
+        if self.bazel is not None and self.sharded:
+            raise ValueError(
+                "a Bazel suite is sharded by Bazel: set shard_count on its test targets, "
+                "not 'shards' or 'shard_minutes' here"
+            )
         return self
+
+    @property
+    def sharded(self) -> bool:
+        return self.shards is not None or self.shard_minutes is not None

@@ -55,6 +55,9 @@ class DockerBackend(RunnerBackend):
     def run_suite(self, work: StageWork) -> SuiteOutcome:
         if not work.in_image:
             raise self.unsupported(work, "a suite outside an image", "name a local runner")
+        suite = work.spec.stage.suite
+        if suite is not None and suite.sharded:
+            raise self.unsupported(work, "a sharded suite in the night's image", "leave 'shards' out")
         report = suite_in_image(work)
         return SuiteOutcome(report, rerunner=image_rerunner(work, functools.partial(run_in_image, work)))
 

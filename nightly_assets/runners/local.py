@@ -15,7 +15,7 @@ from nightly_assets.builds.wheel_params import WheelsParams
 from nightly_assets.devices.facts import DeviceFacts
 from nightly_assets.devices.leases import Lease
 from nightly_assets.devices.probe import HostGpus, visible_devices_env
-from nightly_assets.process import run_command
+from nightly_assets.process import CommandError, run_command
 from nightly_assets.results import TestReport
 from nightly_assets.runners import docker
 from nightly_assets.runners.protocol import (
@@ -28,11 +28,18 @@ from nightly_assets.runners.protocol import (
     suite_selection,
 )
 from nightly_assets.runners.rbe import bazel_wheels
+from nightly_assets.shards.execute import ShardJob, ShardLost
+from nightly_assets.shards.suite import HISTORY_NIGHTS, ShardedRun, run_sharded
 from nightly_assets.stages import StageSpec
 from nightly_assets.testing.confirm import Rerunner, pytest_node_id
 from nightly_assets.testing.junit import parse_junit
 from nightly_assets.testing.pytest_output import parse_collect_only
-from nightly_assets.testing.resources import LocalTestRunnerResource, without_installed_packages
+from nightly_assets.testing.resources import (
+    PYTEST_INTERRUPTED,
+    LocalTestRunnerResource,
+    TestRunError,
+    without_installed_packages,
+)
 
 
 class LocalBackend(RunnerBackend):
@@ -49,8 +56,8 @@ class LocalBackend(RunnerBackend):
     def run_suite(self, work: StageWork) -> SuiteOutcome:
         if work.in_image:
             return docker.BACKEND.run_suite(work)
-        report, rootdir = _pytest_here(work)
-        return SuiteOutcome(report, rerunner=_rerunner_here(work, rootdir))
+        report, rootdir, sharded = _pytest_here(work)
+        return SuiteOutcome(report, rerunner=_rerunner_here(work, rootdir), shards=sharded)
 
     def build_wheels(self, work: StageWork, params: WheelsParams) -> BuiltWheels:
         if params.builder == "bazel":
@@ -100,10 +107,11 @@ def _unused(path: Path) -> Path:
     return candidate
 
 
-def _pytest_here(work: StageWork) -> tuple[TestReport, Path]:
+def _pytest_here(work: StageWork) -> tuple[TestReport, Path, ShardedRun | None]:
     """The suite with the environment's Python on this host, on GPUs handed to it alone;
-    collect-only where the target's arch is dry-run or this machine has fewer GPUs than it needs.
-    With the report, the folder it ran in (pytest's rootdir)."""
+    collect-only where the target's arch is dry-run or this machine has fewer GPUs than it needs;
+    a sharded suite as that many pytest processes at once, a GPU suite's each on cards of its own.
+    With the report, the folder it ran in (pytest's rootdir) and the shards where it was sharded."""
     suite, run, name = work.spec.stage.suite, work.run, work.spec.stage.name
     assert suite is not None
     test_runner: LocalTestRunnerResource = work.resources.test_runner
@@ -128,6 +136,9 @@ def _pytest_here(work: StageWork) -> tuple[TestReport, Path]:
             python, rootdir, args, timeout_s, log, env=docker.suite_env(work), passed=passed
         )
         report = parse_collect_only(result.output, name, run.runner_name)
+    elif suite.sharded and (sharded := _shards_here(work, host, python, rootdir, args)) is not None:
+        work.context.log.info(f"{name}: {sharded.report.counts()}")
+        return sharded.report, rootdir, sharded
     else:
         junit = run.workdir / "junit.xml"
         with handed_devices(work, host, suite.min_gpus, timeout_s) as handed:
@@ -145,7 +156,72 @@ def _pytest_here(work: StageWork) -> tuple[TestReport, Path]:
             )
         report = parse_junit(junit, name, run.runner_name)
     work.context.log.info(f"{name}: {report.counts()}")
-    return report, rootdir
+    return report, rootdir, None
+
+
+def _shards_here(
+    work: StageWork, host: HostGpus, python: Path, rootdir: Path, args: list[str]
+) -> ShardedRun | None:
+    """The suite's collected tests planned into shards and run as pytest processes on this host, all
+    at once (a GPU suite: as many as the cards allow, each on its own); None where collection
+    failed, so that the suite runs unsharded and reports its collection errors as such a run does."""
+    suite, run, name = work.spec.stage.suite, work.run, work.spec.stage.name
+    assert suite is not None
+    test_runner: LocalTestRunnerResource = work.resources.test_runner
+    timeout_s = suite.timeout_minutes * 60
+    passed = run.runner.passed_variables() if run.runner else ()
+    collection = test_runner.collect_pytest(
+        python,
+        rootdir,
+        args,
+        timeout_s,
+        run.workdir / "collect.log",
+        env=docker.suite_env(work),
+        passed=passed,
+    )
+    if collection.returncode == PYTEST_INTERRUPTED:
+        work.context.log.warning(f"{name}: collection errors: run unsharded, so the report shows them")
+        return None
+    collected = [c.node_id for c in parse_collect_only(collection.output, name, run.runner_name).cases]
+    store = work.resources.warehouse.store()
+    history = store.suite_durations(run.key.pipeline, run.key.target, name, nights=HISTORY_NIGHTS)
+
+    def run_one(job: ShardJob) -> Path:
+        junit = run.workdir / f"junit-{job.name}.xml"
+        with handed_devices(work, host, suite.min_gpus, timeout_s) as handed:
+            if handed.lease.ids:
+                job.notes["devices"] = list(handed.lease.ids)
+            try:
+                test_runner.run_pytest(
+                    python,
+                    rootdir,
+                    rerun_selection(work, list(job.shard.units)),
+                    junit,
+                    timeout_s,
+                    run.workdir / f"pytest-{job.name}.log",
+                    env={**docker.suite_env(work), **handed.env},
+                    passed=passed,
+                    lease=handed.lease,
+                    started=job.started,
+                )
+            except (TestRunError, CommandError) as exc:
+                raise ShardLost(str(exc).splitlines()[0]) from None
+        if not junit.is_file():
+            raise ShardLost("pytest ended without writing its JUnit report")
+        return junit
+
+    at_once = max(1, host.count // suite.min_gpus) if suite.min_gpus else None  # None: all of them
+    return run_sharded(
+        suite,
+        name,
+        run.runner_name,
+        collected,
+        (history[0], len(history[1])),
+        run_one,
+        parallel=at_once,
+        workdir=run.workdir,
+        log=work.context.log.info,
+    )
 
 
 def _rerunner_here(work: StageWork, rootdir: Path) -> Rerunner:

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from nightly_assets.artefacts.resources import ArtefactStoreResource
     from nightly_assets.builds.wheel_params import WheelsParams
     from nightly_assets.results import TestReport
+    from nightly_assets.shards.suite import ShardedRun
     from nightly_assets.stages import StageRun, StageSpec
     from nightly_assets.testing.confirm import Rerunner
 
@@ -77,6 +78,7 @@ class SuiteOutcome:
     # How the backend re-runs the report's failing tests alone, in the environment and on the pins
     # the suite ran with (testing/confirm.py); None: it cannot, and they stay unconfirmed.
     rerunner: Rerunner | None = None
+    shards: ShardedRun | None = None  # a sharded suite's plan and shards (report: their merged one)
 
 
 @dataclass

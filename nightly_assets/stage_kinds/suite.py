@@ -89,7 +89,12 @@ def build_test_suite_asset(spec: StageSpec) -> dg.AssetsDefinition:
                     clean_nights=thresholds.quarantine_clean_nights,
                     nights=QUARANTINE_WINDOW_NIGHTS,
                 )
-            passed = checks.tests_passed(spec.key, report, quarantined)
+            sharded = outcome.shards
+            not_run = sharded.findings.sentence() if sharded is not None else ""
+            if sharded is not None:
+                run.manifest["shards"] = sharded.manifest()
+                run.published.append(sharded.plan_file)
+            passed = checks.tests_passed(spec.key, report, quarantined, not_run)
             run.checks[:0] = [
                 passed,
                 checks.test_count_stable(spec.key, report, previous, thresholds.test_count_drop_pct),
@@ -100,14 +105,20 @@ def build_test_suite_asset(spec: StageSpec) -> dg.AssetsDefinition:
             run.detail = _outcome_words(
                 report, suite, run.target.arch, recorded_devices(run), run.manifest.get("gpu_problem", "")
             )
-            run.detail += confirmation.summary()
+            run.detail += confirmation.summary() + (sharded.words() if sharded is not None else "")
             if not passed.passed:
                 run.failure = passed.description
         devices = recorded_devices(run)
         device_metadata = {"devices": devices.describe()} if devices is not None else {}
         yield from stage_events(
             run,
-            {**report_metadata(report), **confirmation.metadata(), **outcome.metadata, **device_metadata},
+            {
+                **report_metadata(report),
+                **confirmation.metadata(),
+                **outcome.metadata,
+                **device_metadata,
+                **(outcome.shards.metadata() if outcome.shards is not None else {}),
+            },
         )
 
     return _test_report

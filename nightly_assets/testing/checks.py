@@ -34,16 +34,19 @@ NAMED_FAILURES = 10  # failing tests named in a check, an alert or a step's erro
 
 
 def tests_passed(
-    key: dg.AssetKey, report: TestReport, quarantined: AbstractSet[str] = frozenset()
+    key: dg.AssetKey, report: TestReport, quarantined: AbstractSet[str] = frozenset(), not_run: str = ""
 ) -> dg.AssetCheckResult:
     """Every test passed, but the failures of `quarantined` tests (flaky, node ids): those are
-    counted and listed, and do not fail the check."""
+    counted and listed, and do not fail the check. `not_run` says which planned tests did not run
+    (a lost shard's): a test that did not run did not pass."""
     if report.collect_only:
         passed = report.total > 0
         summary = f"{report.total} tests collected (collect-only)" + ("" if passed else ": no test found")
     else:
-        passed = all(c.node_id in quarantined for c in report.failures)
+        passed = all(c.node_id in quarantined for c in report.failures) and not not_run
         summary = failure_summary(report, quarantined=quarantined)
+        if not_run:
+            summary = f"{not_run}\n{summary}"
     return dg.AssetCheckResult(
         check_name=TESTS_PASSED,
         asset_key=key,

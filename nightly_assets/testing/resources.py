@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import dagster as dg
@@ -42,12 +42,13 @@ class LocalTestRunnerResource(dg.ConfigurableResource):
         env: Mapping[str, str] | None = None,
         passed: Sequence[str] = (),
         lease: Lease | None = None,
+        started: Callable[[int], None] | None = None,
     ) -> CommandResult:
         """Run the suite (`args`: paths, markers, the suite's own arguments), writing JUnit to `junit`;
         `env` and the orchestrator's variables `passed` (a runner's GPU set) reach it. The GPUs'
-        `lease` is held by pytest too, as long as it runs."""
+        `lease` is held by pytest too, as long as it runs; `started` is told pytest's process group."""
         extra = [f"--junitxml={junit}", "-o", "junit_family=xunit2"]
-        result = self._pytest(python, rootdir, [*args, *extra], timeout_s, log, env, passed, lease)
+        result = self._pytest(python, rootdir, [*args, *extra], timeout_s, log, env, passed, lease, started)
         usable(result.returncode, result.tail(), junit)
         return result
 
@@ -77,7 +78,14 @@ class LocalTestRunnerResource(dg.ConfigurableResource):
         env: Mapping[str, str] | None = None,
         passed: Sequence[str] = (),
         lease: Lease | None = None,
+        started: Callable[[int], None] | None = None,
     ) -> CommandResult:
+        def on_start(pid: int) -> None:
+            if lease is not None:
+                lease.tests_started(pid)
+            if started is not None:
+                started(pid)
+
         return run_command(
             [python, "-m", "pytest", *args, "-q", "-p", "no:cacheprovider", "--rootdir", rootdir],
             cwd=rootdir,
@@ -88,7 +96,7 @@ class LocalTestRunnerResource(dg.ConfigurableResource):
             scratch_home=True,
             passed=passed,
             pass_fds=lease.fds if lease is not None else (),
-            on_start=lease.tests_started if lease is not None else None,
+            on_start=on_start,
         )
 
     def host_gpus(self) -> HostGpus:

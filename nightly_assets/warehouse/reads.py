@@ -104,13 +104,16 @@ class WarehouseReads(DatabaseAccess):
 
     def failed_cases(self, key: NightKey, suite: str) -> list[TestCase]:
         """Failed and errored cases of one suite, in report order."""
+        return self.test_cases(key, suite, outcomes=("failed", "error"))
+
+    def test_cases(
+        self, key: NightKey, suite: str, *, outcomes: Sequence[str] | None = None
+    ) -> list[TestCase]:
+        """One suite's cases of the night (of `outcomes` only, where given), in report order."""
+        wanted = (TestCaseTable.outcome.in_(tuple(outcomes)),) if outcomes is not None else ()
         query = (
             select(TestCaseTable)
-            .where(
-                *is_key(TestCaseTable, key),
-                TestCaseTable.suite == suite,
-                TestCaseTable.outcome.in_(("failed", "error")),
-            )
+            .where(*is_key(TestCaseTable, key), TestCaseTable.suite == suite, *wanted)
             .order_by(TestCaseTable.id)
         )
         rows = self._read(lambda s: s.scalars(query).all())

@@ -1,0 +1,121 @@
+"""A sharded suite's real nights on the local runner (issue 39): the tests collected, planned from
+the warehouse's durations, run as shards at once, a shard whose pytest is killed re-run alone, and
+one report that equals an unsharded night's test by test; a shard lost on every attempt leaves its
+tests reported as not run, and the night failed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nightly_assets.results import NightKey
+from nightly_assets_tests.catalog_nights import CatalogNights
+from nightly_assets_tests.git_repo import commit_files
+from nightly_assets_tests.suite_projects import flit_project, night_store, project_pipeline, suite_stage
+
+# test_c's first test kills its own pytest (as an OOM killer or a lost node would) while the file
+# KILLS holds a number above the runs so far; RUNS counts its runs.
+KILLER = """import os, pathlib, signal
+
+RUNS = pathlib.Path({runs!r})
+KILLS = pathlib.Path({kills!r})
+
+
+def test_killer():
+    runs = int(RUNS.read_text()) + 1 if RUNS.exists() else 1
+    RUNS.write_text(str(runs))
+    if KILLS.exists() and runs <= int(KILLS.read_text()):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_after_the_killer():
+    pass
+"""
+PROJECT = flit_project(
+    "shardpkg",
+    "A value, and tests of it in three files.",
+    {
+        "shardpkg/__init__.py": '"""The value."""\nVALUE = 3\n',
+        "tests/test_a.py": "import shardpkg\n\n\ndef test_value():\n    assert shardpkg.VALUE == 3\n\n\n"
+        "def test_fails():\n    assert shardpkg.VALUE == 4, 'a real failure'\n",
+        "tests/test_b.py": "import pytest\n\n\n@pytest.mark.parametrize('n', [1, 2, 3])\ndef test_n(n):\n"
+        "    assert n > 0\n\n\nclass TestK:\n    def test_k(self):\n        pass\n",
+    },
+)
+
+
+def pipeline(repo: Path, **suite: Any) -> str:
+    return project_pipeline(
+        "shardpkg", repo, "Tests in shards.", [suite_stage(confirm={"attempts": 0}, **suite)]
+    )
+
+
+def outcomes(catalog_nights: CatalogNights, key: NightKey) -> dict[str, str]:
+    with night_store(catalog_nights.home) as store:
+        return {c.node_id: c.outcome for c in store.test_cases(key, "tests")}
+
+
+@pytest.mark.slow
+def test_shards_run_at_once_a_killed_one_re_runs_alone_and_the_report_equals_an_unsharded_one(
+    catalog_nights: CatalogNights, tmp_path: Path, wheelhouse: Path
+) -> None:
+    runs, kills = tmp_path / "killer-runs", tmp_path / "kills"
+    repo = tmp_path / "upstream" / "shardpkg"
+    commit_files(repo, {**PROJECT, "tests/test_c.py": KILLER.format(runs=str(runs), kills=str(kills))})
+
+    unsharded, stages, outcome = catalog_nights.run(pipeline(repo), "2026-11-03")
+    assert not outcome.succeeded and stages["tests"].detail == "7/8 passed (1 failed)"
+
+    kills.write_text("2")  # the killer's first run tonight (its second in all) kills its shard's pytest
+    key, stages, outcome = catalog_nights.run(pipeline(repo, shards=3), "2026-11-04")
+    assert not outcome.succeeded  # test_fails still fails, in whichever shard it ran
+    assert stages["tests"].detail == "7/8 passed (1 failed); 3 shards (1 re-run)"
+    assert outcomes(catalog_nights, key) == outcomes(catalog_nights, unsharded)
+    assert runs.read_text() == "3"  # unsharded once, then the killed shard's two attempts
+
+    folder = catalog_nights.home / "artefacts/shardpkg/2026-11-04/cpu/tests"
+    shards = json.loads((folder / "manifest.json").read_text())["shards"]
+    assert shards["count"] == 3 and shards["history_nights"] == 1  # planned from the unsharded night
+    attempts = {s["index"]: [a["lost"] for a in s["attempts"]] for s in shards["shards"]}
+    [killed] = [i for i, lost in attempts.items() if len(lost) == 2]
+    assert attempts[killed][0].startswith("pytest exited with -9") and attempts[killed][1] is None
+    assert all(lost == [None] for i, lost in attempts.items() if i != killed)  # the others ran once
+    assert shards["merge"] == {
+        "planned": 8,
+        "not_run": 0,
+        "not_run_named": [],
+        "duplicates": 0,
+        "duplicates_named": {},
+        "unplanned": 0,
+        "unplanned_named": [],
+    }
+    plan = json.loads((folder / "shard-plan.json").read_text())
+    assert sorted(u for s in plan["shards"] for u in s["units"]) == [
+        "tests/test_a.py",
+        "tests/test_b.py",
+        "tests/test_c.py",
+    ]
+    assert (folder / f"junit-shard-{killed}-try-2.xml").is_file()
+
+    # Killed on every attempt: its tests are reported as not run (never as passed), and the
+    # tests_passed check fails on them even though nothing failed.
+    runs.unlink()
+    kills.write_text("99")
+    fixed = {**PROJECT, "tests/test_a.py": "def test_value():\n    pass\n\n\ndef test_fails():\n    pass\n"}
+    commit_files(repo, {**fixed, "tests/test_c.py": KILLER.format(runs=str(runs), kills=str(kills))})
+    key, stages, outcome = catalog_nights.run(pipeline(repo, shards=3, shard_retries=1), "2026-11-05")
+    assert not outcome.succeeded
+    assert runs.read_text() == "2"
+    assert str(stages["tests"].detail).startswith(
+        "6/8 passed; 3 shards (1 re-run); 2 of 8 planned tests did not run"
+    )
+    got = outcomes(catalog_nights, key)
+    assert got["tests.test_c::test_killer"] == got["tests.test_c::test_after_the_killer"] == "skipped"
+    with night_store(catalog_nights.home) as store:
+        [check] = [c for c in store.checks(key) if c.name == "tests_passed"]
+        assert not check.passed and "2 of 8 planned tests did not run" in check.description
+        [case] = [c for c in store.test_cases(key, "tests", outcomes=["skipped"]) if c.name == "test_killer"]
+        assert case.message is not None and case.message.startswith("not run: shard")
