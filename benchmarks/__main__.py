@@ -15,6 +15,7 @@ from benchmarks import (
     night_overhead,
     regression_detection,
     results_site,
+    sharding,
     third_party_night,
     tpu_overhead,
     warehouse_history,
@@ -36,6 +37,7 @@ BENCHMARKS: dict[str, Callable[[], dict[str, float]]] = {
     "environment_reuse": environment_reuse.main,
     "third_party_night": third_party_night.main,
     "results_site": results_site.main,
+    "sharding": sharding.main,
 }
 
 

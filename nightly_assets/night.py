@@ -18,6 +18,7 @@ import dagster as dg
 
 from nightly_assets.catalog.models import Catalog
 from nightly_assets.night_lease import this_process_tag
+from nightly_assets.night_threads import execute_in_threads
 from nightly_assets.partitions import partition_key
 from nightly_assets.pipelines import nightly_job_name
 from nightly_assets.reporting.alerts import ALERT_CHECK, record_sent
@@ -156,17 +157,18 @@ def execute_partition(
     tags: dict[str, str] | None = None,
     assets: list[dg.AssetKey] | None = None,
 ) -> tuple[bool, dg.DagsterRun]:
-    """Execute `job` for the key's partition in this process. Ctrl-C or SIGTERM cancels the run:
+    """Execute `job` for the key's partition in this process, independent stages at once
+    (night_threads.py). Ctrl-C or SIGTERM cancels the run:
     Dagster interrupts the running step (which ends its commands, containers and machines), and
     the run is then marked cancelled rather than failed."""
     run_id = str(uuid.uuid4())
     if progress:
         instance.add_event_listener(run_id, _ProgressPrinter(progress))
-    result = defs.resolve_job_def(job).execute_in_process(
-        instance=instance,
+    succeeded = execute_in_threads(
+        defs.resolve_job_def(job),
+        instance,
         partition_key=str(partition_key(key.night, key.target)),
         run_id=run_id,
-        raise_on_error=False,
         run_config=QUIET_LOGS,
         tags={**this_process_tag(run_id), **(tags or {})},
         asset_selection=assets,
@@ -176,7 +178,7 @@ def execute_partition(
     if run.status == dg.DagsterRunStatus.FAILURE and _interrupted(instance, run_id):
         instance.report_run_canceled(run, message="Interrupted (Ctrl-C or SIGTERM): the night is cancelled.")
         run = instance.get_run_by_id(run_id) or run
-    return result.success, run
+    return succeeded, run
 
 
 def _interrupted(instance: dg.DagsterInstance, run_id: str) -> bool:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
 import subprocess
 import tempfile
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -191,6 +193,8 @@ def run_command(
         )
     except FileNotFoundError as exc:
         raise CommandError(f"cannot run {argv[0]!r}: {exc.strerror}") from None
+    with _RUNNING_LOCK:
+        _RUNNING.add(proc.pid)
     try:
         if on_start is not None:
             on_start(proc.pid)
@@ -205,6 +209,9 @@ def run_command(
     except BaseException:  # interrupted (Ctrl-C, SIGTERM, a cancelled run): leave nothing running
         _write_log(log_path, _end_group(proc))
         raise
+    finally:
+        with _RUNNING_LOCK:
+            _RUNNING.discard(proc.pid)
     _write_log(log_path, stdout)
     result = CommandResult(argv, proc.returncode, stdout, log_path)
     if check and proc.returncode != 0:
@@ -242,6 +249,22 @@ def _write_log(log_path: Path | None, text: str) -> None:
     if log_path is not None:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         log_path.write_text(text)
+
+
+# The process groups of the commands running now (their leaders' pids), so that an interrupted
+# night whose stages run in threads (night_threads.py) can end them from the main thread.
+_RUNNING: set[int] = set()
+_RUNNING_LOCK = threading.Lock()
+
+
+def end_running_commands() -> None:
+    """TERM every command this process is running (their process groups); each command's own
+    run_command then sees it end and finishes as an interrupted or failed command does."""
+    with _RUNNING_LOCK:
+        groups = list(_RUNNING)
+    for group in groups:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(group, signal.SIGTERM)
 
 
 def _end_group(proc: subprocess.Popen[str], grace_s: float = 5.0) -> str:
