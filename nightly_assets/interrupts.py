@@ -4,11 +4,14 @@ while a rented machine is being deleted would leave it running and unpaid-for in
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
 import signal
 import threading
 from collections.abc import Iterator
 from types import FrameType
+
+from dagster._core.errors import DagsterExecutionInterruptedError
 
 
 @contextlib.contextmanager
@@ -19,7 +22,22 @@ def deferred_interrupts(log: logging.Logger, what: str, reraise: bool = True) ->
     done). Only the main thread can do this; elsewhere the block runs as is."""
     received: list[int] = []
     if threading.current_thread() is not threading.main_thread():
-        yield received
+        # A stage in a thread (`nightly run`, night_threads.py) is interrupted by `interrupt_thread`,
+        # which holds the interrupt back while the thread is in here.
+        ident = threading.get_ident()
+        with _DEFERRING_LOCK:
+            _DEFERRING[ident] = received
+        failed = False
+        try:
+            yield received
+        except BaseException:
+            failed = True
+            raise
+        finally:
+            with _DEFERRING_LOCK:
+                del _DEFERRING[ident]
+            if received and reraise and not failed:
+                raise DagsterExecutionInterruptedError(f"interrupted while {what}")
         return
 
     def note(signum: int, _frame: FrameType | None) -> None:
@@ -38,3 +56,29 @@ def deferred_interrupts(log: logging.Logger, what: str, reraise: bool = True) ->
             signal.signal(sig, handler)
         if received and reraise and not failed:
             raise KeyboardInterrupt(f"interrupted while {what}")
+
+
+# Threads inside `deferred_interrupts`, each with the list of interrupts held back for it.
+_DEFERRING: dict[int, list[int]] = {}
+_DEFERRING_LOCK = threading.Lock()
+
+
+def deferring_threads() -> set[int]:
+    """The idents of the threads inside `deferred_interrupts` now."""
+    with _DEFERRING_LOCK:
+        return set(_DEFERRING)
+
+
+def interrupt_thread(thread: threading.Thread) -> None:
+    """Raise DagsterExecutionInterruptedError in `thread` (when it next runs Python), or, while it
+    is finishing cleanup that must finish (`deferred_interrupts`), when that cleanup is done."""
+    if thread.ident is None or not thread.is_alive():
+        return
+    with _DEFERRING_LOCK:
+        held = _DEFERRING.get(thread.ident)
+        if held is not None:
+            held.append(signal.SIGINT)
+            return
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(
+            ctypes.c_ulong(thread.ident), ctypes.py_object(DagsterExecutionInterruptedError)
+        )

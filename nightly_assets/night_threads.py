@@ -16,7 +16,6 @@ so it cleans up as an interrupted in-process step does), and the run ends interr
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import queue
 import sys
@@ -40,6 +39,7 @@ from dagster._core.executor.base import Executor
 from dagster._core.storage.compute_log_manager import CapturedLogContext
 from dagster._utils.error import SerializableErrorInfo, serializable_error_info_from_exc_info
 
+from nightly_assets.interrupts import deferring_threads, interrupt_thread
 from nightly_assets.process import end_running_commands
 
 # Stages at once. A stage's work is mostly waiting (on pytest processes, containers, other
@@ -182,13 +182,11 @@ def _run_step(
 
 def _interrupt(threads: dict[str, threading.Thread]) -> None:
     """End the commands this process runs and raise DagsterExecutionInterruptedError in each step
-    thread (delivered when it next runs Python: at once for a thread whose command was ended)."""
-    end_running_commands()
+    thread (delivered when it next runs Python: at once for a thread whose command was ended; after
+    its cleanup for a thread deleting a rented machine, interrupts.deferred_interrupts)."""
+    end_running_commands(sparing=deferring_threads())
     for thread in threads.values():
-        if thread.ident is not None and thread.is_alive():
-            ctypes.pythonapi.PyThreadState_SetAsyncExc(
-                ctypes.c_ulong(thread.ident), ctypes.py_object(DagsterExecutionInterruptedError)
-            )
+        interrupt_thread(thread)
 
 
 @dg.executor(name="threaded", config_schema={"max_concurrent": dg.Field(int, default_value=STAGES_AT_ONCE)})

@@ -9,7 +9,7 @@ import signal
 import subprocess
 import tempfile
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -194,7 +194,7 @@ def run_command(
     except FileNotFoundError as exc:
         raise CommandError(f"cannot run {argv[0]!r}: {exc.strerror}") from None
     with _RUNNING_LOCK:
-        _RUNNING.add(proc.pid)
+        _RUNNING[proc.pid] = threading.get_ident()
     try:
         if on_start is not None:
             on_start(proc.pid)
@@ -211,7 +211,7 @@ def run_command(
         raise
     finally:
         with _RUNNING_LOCK:
-            _RUNNING.discard(proc.pid)
+            _RUNNING.pop(proc.pid, None)
     _write_log(log_path, stdout)
     result = CommandResult(argv, proc.returncode, stdout, log_path)
     if check and proc.returncode != 0:
@@ -253,15 +253,16 @@ def _write_log(log_path: Path | None, text: str) -> None:
 
 # The process groups of the commands running now (their leaders' pids), so that an interrupted
 # night whose stages run in threads (night_threads.py) can end them from the main thread.
-_RUNNING: set[int] = set()
+_RUNNING: dict[int, int] = {}  # process group -> the thread that runs it
 _RUNNING_LOCK = threading.Lock()
 
 
-def end_running_commands() -> None:
-    """TERM every command this process is running (their process groups); each command's own
-    run_command then sees it end and finishes as an interrupted or failed command does."""
+def end_running_commands(sparing: Collection[int] = ()) -> None:
+    """TERM every command this process is running (their process groups) but those of the threads
+    `sparing` (idents: cleanup that must finish); each command's own run_command then sees it end
+    and finishes as an interrupted or failed command does."""
     with _RUNNING_LOCK:
-        groups = list(_RUNNING)
+        groups = [group for group, thread in _RUNNING.items() if thread not in sparing]
     for group in groups:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(group, signal.SIGTERM)

@@ -6,6 +6,7 @@ tests reported as not run, and the night failed."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +14,16 @@ import pytest
 
 from nightly_assets.results import NightKey
 from nightly_assets_tests.catalog_nights import CatalogNights
-from nightly_assets_tests.git_repo import commit_files
+from nightly_assets_tests.git_repo import commit_files, commit_folder
 from nightly_assets_tests.suite_projects import flit_project, night_store, project_pipeline, suite_stage
+from nightly_assets_tests.third_party_pipeline import (
+    LOCAL_SUITE,
+    WHOLE_SUITE,
+    pipeline_text,
+    third_party_pipeline,
+)
+
+PROJECTS = Path(__file__).parent / "data" / "projects"
 
 # test_c's first test kills its own pytest (as an OOM killer or a lost node would) while the file
 # KILLS holds a number above the runs so far; RUNS counts its runs.
@@ -119,3 +128,31 @@ def test_shards_run_at_once_a_killed_one_re_runs_alone_and_the_report_equals_an_
         assert not check.passed and "2 of 8 planned tests did not run" in check.description
         [case] = [c for c in store.test_cases(key, "tests", outcomes=["skipped"]) if c.name == "test_killer"]
         assert case.message is not None and case.message.startswith("not run: shard")
+
+
+@pytest.mark.slow
+def test_a_third_party_suite_in_shards_reports_what_it_reports_unsharded(
+    catalog_nights: CatalogNights, tmp_path: Path, wheelhouse: Path
+) -> None:
+    """itsdangerous's whole suite (the project's own selection), once as one pytest and once in
+    three shards in the same night: the same tests with the same outcomes, test by test."""
+    upstream = tmp_path / "upstream" / "itsdangerous"
+    shutil.copytree(PROJECTS / "itsdangerous", upstream)
+    commit_folder(upstream, "itsdangerous as released")
+    suites = {
+        "tests": (WHOLE_SUITE, LOCAL_SUITE),
+        "tests_sharded": ("The whole suite in three shards.", {**LOCAL_SUITE, "shards": 3}),
+    }
+    environment = {"requirements": ["requirements/tests.txt"]}
+    text = pipeline_text(third_party_pipeline("itsdangerous", upstream, environment, suites))
+    key, stages, outcome = catalog_nights.run(text, "2026-11-03")
+    assert outcome.succeeded, {s.stage: s.detail for s in stages.values()}
+    with night_store(catalog_nights.home) as store:
+        whole = {c.node_id: c.outcome for c in store.test_cases(key, "tests")}
+        sharded = {c.node_id: c.outcome for c in store.test_cases(key, "tests_sharded")}
+    assert len(whole) > 250 and sharded == whole
+    assert stages["tests_sharded"].detail == f"{len(whole)}/{len(whole)} passed; 3 shards"
+    manifest = catalog_nights.home / "artefacts/itsdangerous/2026-11-03/cpu/tests_sharded/manifest.json"
+    shards = json.loads(manifest.read_text())["shards"]
+    assert shards["merge"]["planned"] == len(whole) and shards["merge"]["not_run"] == 0
+    assert [len(s["attempts"]) for s in shards["shards"]] == [1, 1, 1]
