@@ -19,32 +19,25 @@ def deferred_interrupts(log: logging.Logger, what: str, reraise: bool = True) ->
     """Inside the block SIGINT and SIGTERM are noted, not raised; after it, the first one noted
     raises KeyboardInterrupt (unless an exception is already on its way out, or `reraise` is off:
     then the caller reads the yielded list of signals noted and raises when its own cleanup is
-    done). Only the main thread can do this; elsewhere the block runs as is."""
+    done). In the main thread the signals are caught; in a step thread of `nightly run` the
+    interrupt `interrupt_thread` would raise is held back, and raised after the block as
+    DagsterExecutionInterruptedError."""
     received: list[int] = []
-    if threading.current_thread() is not threading.main_thread():
+    main = threading.current_thread() is threading.main_thread()
+    ident = threading.get_ident()
+    previous = {}
+    if main:
+
+        def note(signum: int, _frame: FrameType | None) -> None:
+            received.append(signum)
+            log.warning("%s received while %s: finishing that first", signal.Signals(signum).name, what)
+
+        previous = {sig: signal.signal(sig, note) for sig in (signal.SIGINT, signal.SIGTERM)}
+    else:
         # A stage in a thread (`nightly run`, night_threads.py) is interrupted by `interrupt_thread`,
         # which holds the interrupt back while the thread is in here.
-        ident = threading.get_ident()
         with _DEFERRING_LOCK:
             _DEFERRING[ident] = received
-        failed = False
-        try:
-            yield received
-        except BaseException:
-            failed = True
-            raise
-        finally:
-            with _DEFERRING_LOCK:
-                del _DEFERRING[ident]
-            if received and reraise and not failed:
-                raise DagsterExecutionInterruptedError(f"interrupted while {what}")
-        return
-
-    def note(signum: int, _frame: FrameType | None) -> None:
-        received.append(signum)
-        log.warning("%s received while %s: finishing that first", signal.Signals(signum).name, what)
-
-    previous = {sig: signal.signal(sig, note) for sig in (signal.SIGINT, signal.SIGTERM)}
     failed = False
     try:
         yield received
@@ -54,8 +47,11 @@ def deferred_interrupts(log: logging.Logger, what: str, reraise: bool = True) ->
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        with _DEFERRING_LOCK:
+            _DEFERRING.pop(ident, None)
         if received and reraise and not failed:
-            raise KeyboardInterrupt(f"interrupted while {what}")
+            interrupted = KeyboardInterrupt if main else DagsterExecutionInterruptedError
+            raise interrupted(f"interrupted while {what}")
 
 
 # Threads inside `deferred_interrupts`, each with the list of interrupts held back for it.
