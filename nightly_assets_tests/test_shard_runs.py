@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from nightly_assets.interrupts import interrupt_thread
 from nightly_assets.shards.execute import ShardJob, ShardLost, ShardRecord, run_shards
 from nightly_assets.shards.merge import NOT_RUN, junit_name_of, merge_shard_reports
 from nightly_assets.shards.plan import Shard, ShardPlan, plan_shards
@@ -207,3 +208,35 @@ def test_a_sharded_suite_asks_for_shards_or_minutes_and_no_bazel() -> None:
         Suite(timeout_minutes=5, runner="local", shards=2, bazel=BazelTests(targets=["//:t"]))
     with pytest.raises(ValidationError, match="greater than or equal to 1"):
         Suite(timeout_minutes=5, runner="local", shards=0)
+
+
+def test_a_stage_thread_interrupted_while_its_shards_run_ends_them(tmp_path: Path) -> None:
+    """`nightly run` interrupts a stage in a thread by raising in it: the wait for the shards
+    gives way within a moment, and the shards' processes are ended, not re-run."""
+    plan = _plan(("a.py",), ("b.py",))
+    sleepers: list[subprocess.Popen[bytes]] = []
+    raised: list[BaseException] = []
+
+    def run_one(job: ShardJob) -> Path:
+        proc = subprocess.Popen(["sleep", "60"], start_new_session=True)
+        sleepers.append(proc)
+        job.started(proc.pid)
+        proc.wait()
+        raise ShardLost(f"ended by signal {-proc.returncode}")
+
+    def stage() -> None:
+        try:
+            run_shards(plan, run_one, parallel=None, retries=3, log=lambda _: None)
+        except BaseException as exc:
+            raised.append(exc)
+
+    thread = threading.Thread(target=stage)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while len(sleepers) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    interrupt_thread(thread)
+    thread.join(20)
+    assert not thread.is_alive()
+    assert [type(e).__name__ for e in raised] == ["DagsterExecutionInterruptedError"]
+    assert [p.wait(5) for p in sleepers] == [-signal.SIGTERM, -signal.SIGTERM]  # none started again

@@ -73,6 +73,7 @@ class ShardRecord:
 
 
 RunShard = Callable[[ShardJob], Path]
+_WAIT_S = 0.5
 
 
 def run_shards(
@@ -151,9 +152,15 @@ def run_shards(
         max_workers=max(1, min(parallel or of, of)), thread_name_prefix="shard"
     )
     try:
-        futures = [pool.submit(shard_worker, record) for record in records]
-        for future in concurrent.futures.as_completed(futures):
-            future.result()  # the first shard that raised (not ShardLost) ends the rest
+        pending = {pool.submit(shard_worker, record) for record in records}
+        while pending:
+            # In short waits: a stage in a thread (`nightly run`) is interrupted by an exception
+            # raised in it when it next runs Python, not inside one long wait.
+            ended, pending = concurrent.futures.wait(
+                pending, timeout=_WAIT_S, return_when=concurrent.futures.FIRST_EXCEPTION
+            )
+            for future in ended:
+                future.result()  # the first shard that raised (not ShardLost) ends the rest
     except BaseException:
         # Interrupted (a cancelled run, Ctrl-C) or a backend's own error: no shard may keep running.
         stopping.set()
