@@ -240,3 +240,22 @@ def test_a_stage_thread_interrupted_while_its_shards_run_ends_them(tmp_path: Pat
     assert not thread.is_alive()
     assert [type(e).__name__ for e in raised] == ["DagsterExecutionInterruptedError"]
     assert [p.wait(5) for p in sleepers] == [-signal.SIGTERM, -signal.SIGTERM]  # none started again
+
+
+def test_an_interrupted_night_stops_what_runs_a_shard_elsewhere() -> None:
+    """A shard in a container or a pod is no process of this machine: its backend says how to end
+    it (`on_stop`), and an interrupted night does."""
+    plan = _plan(("a.py",), ("b.py",))
+    stopped = threading.Event()
+
+    def run_one(job: ShardJob) -> Path:
+        if job.shard.index == 1:
+            job.on_stop(stopped.set)  # as a container's kill
+            assert stopped.wait(30), "never stopped"
+            raise ShardLost("container killed")
+        time.sleep(0.2)
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_shards(plan, run_one, parallel=None, retries=2, log=lambda _: None)
+    assert stopped.is_set()

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,7 @@ import pytest
 from nightly_assets.results import NightKey
 from nightly_assets_tests.catalog_nights import CatalogNights
 from nightly_assets_tests.git_repo import commit_files, commit_folder
+from nightly_assets_tests.peers.docker import DockerEngine
 from nightly_assets_tests.suite_projects import flit_project, night_store, project_pipeline, suite_stage
 from nightly_assets_tests.third_party_pipeline import (
     LOCAL_SUITE,
@@ -156,3 +159,72 @@ def test_a_third_party_suite_in_shards_reports_what_it_reports_unsharded(
     shards = json.loads(manifest.read_text())["shards"]
     assert shards["merge"]["planned"] == len(whole) and shards["merge"]["not_run"] == 0
     assert [len(s["attempts"]) for s in shards["shards"]] == [1, 1, 1]
+
+
+IMAGE_RUNNER = "cpu-amd-m5-4xlarge"
+IMAGE_STAGE: dict[str, Any] = {
+    "name": "environment",
+    "kind": "docker_image",
+    "deps": ["wheels"],
+    "runner": IMAGE_RUNNER,
+    "description": "The runtime image with the wheel and the tests.",
+    "params": {"install_wheels": True, "tests": ["tests"]},
+}
+SLOW_C = "import time\n\n\ndef test_slow():\n    time.sleep(4)\n\n\ndef test_after():\n    pass\n"
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_in_the_image_each_shard_is_a_container_and_a_killed_one_runs_again_alone(
+    catalog_nights: CatalogNights,
+    tmp_path: Path,
+    wheelhouse: Path,
+    docker_engine: DockerEngine,
+    base_image: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two shards of the suite as containers of the night's image on the runner's engine; the
+    container of the shard holding test_c.py is killed (`docker kill`, as a lost node) while it
+    runs: that shard alone runs again, in a fresh container, and the report has every test once."""
+    monkeypatch.setenv("DOCKER_HOST", docker_engine.host)
+    repo = tmp_path / "upstream" / "shardpkg"
+    commit_files(repo, {**PROJECT, "tests/test_c.py": SLOW_C})
+    stages = [suite_stage(IMAGE_RUNNER, confirm={"attempts": 0}, shards=2)]
+    text = project_pipeline(
+        "shardpkg", repo, "Tests in shards, in the image.", stages, environment=IMAGE_STAGE
+    )
+    killed: list[str] = []
+    stop = threading.Event()
+
+    def kill_the_slow_shard_once() -> None:
+        client = docker_engine.client()
+        while not stop.is_set() and not killed:
+            for container in client.containers.list():
+                command = container.attrs["Config"]["Cmd"] or []
+                if "tests/test_c.py" in command and "--collect-only" not in command:
+                    time.sleep(1)  # it has started its tests
+                    container.kill()
+                    killed.append(container.id)
+                    break
+            time.sleep(0.1)
+
+    killer = threading.Thread(target=kill_the_slow_shard_once)
+    killer.start()
+    try:
+        key, stages_run, outcome = catalog_nights.run(text, "2026-11-03")
+    finally:
+        stop.set()
+        killer.join()
+    assert killed, "the slow shard's container was never seen"
+    assert not outcome.succeeded  # test_a.py's real failure
+    assert stages_run["tests"].detail == "7/8 passed (1 failed); 2 shards (1 re-run)"
+    shards = json.loads(
+        (catalog_nights.home / "artefacts/shardpkg/2026-11-03/cpu/tests/manifest.json").read_text()
+    )["shards"]
+    attempts = {s["index"]: [a["lost"] for a in s["attempts"]] for s in shards["shards"]}
+    assert sorted(len(lost) for lost in attempts.values()) == [1, 2]
+    [lost_first] = [lost[0] for lost in attempts.values() if len(lost) == 2]
+    assert "137" in lost_first  # killed
+    assert shards["merge"]["planned"] == 8 and shards["merge"]["not_run"] == 0
+    got = outcomes(catalog_nights, key)
+    assert len(got) == 8 and got["tests.test_c::test_slow"] == "passed"

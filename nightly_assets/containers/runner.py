@@ -10,11 +10,12 @@ always removed.
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import json
 import tarfile
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -78,6 +79,7 @@ class RunnerPipesClient(PipesDockerClient):
         out_dir: Path,
         devices: DeviceSpec,
         env: Mapping[str, str],
+        on_stop: Callable[[Callable[[], None]], None] | None = None,
     ) -> SuiteRun:
         with dg.open_pipes_session(
             context=context, context_injector=self.context_injector, message_reader=self.message_reader
@@ -92,6 +94,8 @@ class RunnerPipesClient(PipesDockerClient):
             )
             killed = threading.Event()
             timer = threading.Timer(self._timeout_s, _kill, args=(container, killed))
+            if on_stop is not None:  # a shard: an interrupted night kills its container
+                on_stop(functools.partial(_kill, container, threading.Event()))
             try:
                 container.put_archive("/", tools_archive())
                 container.start()

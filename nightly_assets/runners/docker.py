@@ -24,6 +24,8 @@ from nightly_assets.runners.protocol import (
     rerun_selection,
     suite_selection,
 )
+from nightly_assets.shards.execute import ShardJob, ShardLost
+from nightly_assets.shards.suite import HISTORY_NIGHTS, ShardedRun, run_sharded
 from nightly_assets.stages import StageSpec
 from nightly_assets.testing.confirm import Rerunner, pytest_node_id
 from nightly_assets.testing.junit import parse_junit
@@ -55,11 +57,16 @@ class DockerBackend(RunnerBackend):
     def run_suite(self, work: StageWork) -> SuiteOutcome:
         if not work.in_image:
             raise self.unsupported(work, "a suite outside an image", "name a local runner")
+        rerunner = image_rerunner(work, functools.partial(run_in_image, work))
         suite = work.spec.stage.suite
         if suite is not None and suite.sharded:
-            raise self.unsupported(work, "a sharded suite in the night's image", "leave 'shards' out")
-        report = suite_in_image(work)
-        return SuiteOutcome(report, rerunner=image_rerunner(work, functools.partial(run_in_image, work)))
+            pool: DockerRunnerPoolResource = work.resources.docker_pool
+            _record_devices(work)
+            gpus = pool.devices(work.label).count
+            sharded = image_shards(work, gpus, functools.partial(run_in_image, work))
+            if sharded is not None:
+                return SuiteOutcome(sharded.report, rerunner=rerunner, shards=sharded)
+        return SuiteOutcome(suite_in_image(work), rerunner=rerunner)
 
     def run_command(self, work: StageWork, argv: list[str], output: str, timeout_s: float) -> Path:
         if not work.in_image:
@@ -174,6 +181,71 @@ def image_suite(work: StageWork, gpus: int, run_in: RunIn) -> TestReport:
     return report
 
 
+def image_shards(work: StageWork, gpus: int, run_in: RunIn) -> ShardedRun | None:
+    """The suite in shards, each a container of the night's image at once (as many as the runner's
+    GPUs allow a GPU suite), planned from the tests collected in the image; None where it only
+    collects (too few GPUs, a collect-only arch) or collection failed: then it runs unsharded."""
+    suite = work.spec.stage.suite
+    assert suite is not None
+    run, name = work.run, work.spec.stage.name
+    args, collect_only = suite_selection(work, gpus)
+    if collect_only:
+        return None
+    timeout_s, env = suite.timeout_minutes * 60, suite_env(work)
+    collection = run_in(
+        pytest_args=args, collect_only=True, timeout_s=timeout_s, env=env, out_dir=run.workdir / "collect"
+    )
+    log = collection.out_dir / "output.log"
+    output = log.read_text(errors="replace") if log.is_file() else ""
+    if collection.timed_out or collection.returncode not in (0, 5):
+        work.context.log.warning(
+            f"{name}: collection in the image failed: run unsharded, so the report shows why"
+        )
+        return None
+    collected = [c.node_id for c in parse_collect_only(output, name, run.runner_name).cases]
+    store = work.resources.warehouse.store()
+    durations, nights = store.suite_durations(run.key.pipeline, run.key.target, name, nights=HISTORY_NIGHTS)
+
+    def run_one(job: ShardJob) -> Path:
+        from nightly_assets.containers.runner import ContainerRunError
+
+        try:
+            result = run_in(
+                pytest_args=rerun_selection(work, list(job.shard.units)),
+                collect_only=False,
+                timeout_s=timeout_s,
+                env=env,
+                out_dir=run.workdir / job.name,
+                on_stop=job.on_stop,
+            )
+        except ContainerRunError as exc:  # killed, or gone before it reported
+            raise ShardLost(str(exc).splitlines()[0]) from None
+        run.published.append(result.out_dir / "output.log")
+        if result.timed_out:
+            raise ShardLost(f"pytest in the image timed out after {suite.timeout_minutes} min")
+        junit, log = result.out_dir / "junit.xml", result.out_dir / "output.log"
+        tail = log.read_text(errors="replace")[-3000:] if log.is_file() else ""
+        try:
+            usable(result.returncode, tail, junit)
+        except TestRunError as exc:
+            raise ShardLost(str(exc).splitlines()[0]) from None
+        if not junit.is_file():
+            raise ShardLost("pytest in the image wrote no JUnit report")
+        return junit
+
+    return run_sharded(
+        suite,
+        name,
+        run.runner_name,
+        collected,
+        (durations, len(nights)),
+        run_one,
+        parallel=max(1, gpus // suite.min_gpus) if suite.min_gpus else None,
+        workdir=run.workdir,
+        log=work.context.log.info,
+    )
+
+
 def image_rerunner(work: StageWork, run_in: RunIn) -> Rerunner:
     """Failing tests re-run by node id by `run_in` (a container, a pod) of the night's image, with
     the suite's variables; each round's outputs in confirm-<round>/. The image holds the tests at
@@ -247,9 +319,10 @@ def run_in_image(
     timeout_s: float,
     env: dict[str, str] | None = None,
     out_dir: Path | None = None,
+    on_stop: Callable[[Callable[[], None]], None] | None = None,
 ) -> SuiteRun:
     """Run a pytest suite (or `program`) in the upstream image; outputs land in `out_dir`
-    (default run.workdir/out)."""
+    (default run.workdir/out); `on_stop` is told how to kill its container (a shard's)."""
     from nightly_assets.containers.runner import RunnerPipesClient, program_command, suite_command
 
     context, environment, label = work.context, work.env, work.label
@@ -270,6 +343,7 @@ def run_in_image(
         out_dir=out_dir or work.run.workdir / "out",
         devices=pool.devices(label),
         env=env or {},
+        on_stop=on_stop,
     )
     for message in result.invocation.get_custom_messages() if result.invocation else []:
         context.log.debug(f"pipes: {message}")

@@ -35,6 +35,11 @@ class ShardJob:
     attempt: int  # from 1
     started: Callable[[int], None]  # tell it the process group that runs the shard (ended on interrupt)
     notes: dict[str, Any] = field(default_factory=dict)  # what the backend records of it (devices, host)
+    stops: list[Callable[[], None]] = field(default_factory=list)  # how to end what is not a process here
+
+    def on_stop(self, stop: Callable[[], None]) -> None:
+        """`stop` ends what runs the shard elsewhere (a container, a pod) if the night is interrupted."""
+        self.stops.append(stop)
 
     @property
     def name(self) -> str:
@@ -99,6 +104,8 @@ def run_shards(
         if stopping.is_set():  # started after the night was interrupted: end it at once
             _end_group(group)
 
+    jobs: list[ShardJob] = []
+
     def attempt_of(record: ShardRecord, attempt: int) -> tuple[ShardJob, set[int]]:
         mine: set[int] = set()
 
@@ -106,7 +113,10 @@ def run_shards(
             mine.add(group)
             started(group)
 
-        return ShardJob(record.shard, of, attempt, started_here), mine
+        job = ShardJob(record.shard, of, attempt, started_here)
+        with lock:
+            jobs.append(job)
+        return job, mine
 
     def _forget(ended: set[int]) -> None:
         # An ended process group's id may be reused: an interrupt must not signal a stranger.
@@ -165,9 +175,12 @@ def run_shards(
         # Interrupted (a cancelled run, Ctrl-C) or a backend's own error: no shard may keep running.
         stopping.set()
         with lock:
-            running = list(groups)
+            running, stops = list(groups), [stop for job in jobs for stop in job.stops]
         for group in running:
             _end_group(group)
+        for stop in stops:
+            with contextlib.suppress(Exception):  # each one ended as far as it can be
+                stop()
         pool.shutdown(wait=True, cancel_futures=True)
         raise
     pool.shutdown(wait=True)
