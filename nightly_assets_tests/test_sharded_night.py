@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from nightly_assets.results import NightKey
 from nightly_assets_tests.catalog_nights import CatalogNights
@@ -187,6 +188,13 @@ def test_in_the_image_each_shard_is_a_container_and_a_killed_one_runs_again_alon
     container of the shard holding test_c.py is killed (`docker kill`, as a lost node) while it
     runs: that shard alone runs again, in a fresh container, and the report has every test once."""
     monkeypatch.setenv("DOCKER_HOST", docker_engine.host)
+    # The label's two hosts: this machine's one engine under a second address (one engine is what
+    # this machine has); shards take them in turn, and a re-run goes to the other.
+    second = docker_engine.host.replace("/docker.sock", "/./docker.sock")
+    assert second != docker_engine.host
+    pool = {"hosts": {IMAGE_RUNNER: {"docker_host": docker_engine.host, "more_engines": [second]}}}
+    (tmp_path / "pool.yaml").write_text(yaml.safe_dump(pool))
+    monkeypatch.setenv("NIGHTLY_RUNNER_POOL", str(tmp_path / "pool.yaml"))
     repo = tmp_path / "upstream" / "shardpkg"
     commit_files(repo, {**PROJECT, "tests/test_c.py": SLOW_C})
     stages = [suite_stage(IMAGE_RUNNER, confirm={"attempts": 0}, shards=2)]
@@ -223,6 +231,10 @@ def test_in_the_image_each_shard_is_a_container_and_a_killed_one_runs_again_alon
     )["shards"]
     attempts = {s["index"]: [a["lost"] for a in s["attempts"]] for s in shards["shards"]}
     assert sorted(len(lost) for lost in attempts.values()) == [1, 2]
+    engines = {s["index"]: [a["engine"] for a in s["attempts"]] for s in shards["shards"]}
+    assert engines[1][0] == docker_engine.host and engines[2][0] == second  # in turn
+    [moved] = [e for e in engines.values() if len(e) == 2]
+    assert moved[1] != moved[0]  # the killed shard's re-run went to the other host
     [lost_first] = [lost[0] for lost in attempts.values() if len(lost) == 2]
     assert "137" in lost_first  # killed
     assert shards["merge"]["planned"] == 8 and shards["merge"]["not_run"] == 0

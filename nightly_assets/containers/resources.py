@@ -35,6 +35,15 @@ class DockerHost(dg.Config):
     platforms: list[str] = Field(default_factory=lambda: ["linux/amd64"], description="what it builds/runs")
     gpu_vendor: Literal["none", "nvidia", "amd"] = "none"
     gpus: int = Field(default=0, ge=0, description="accelerators a container on this host gets")
+    more_engines: list[str] = Field(
+        default_factory=list,
+        description="engine URLs of more hosts like this one (platforms, devices): a sharded suite "
+        "spreads its containers over all of them",
+    )
+
+    def engines(self) -> list[str | None]:
+        """Every engine of the label, this host's first (None: DOCKER_HOST or the socket)."""
+        return [self.docker_host, *self.more_engines]
 
 
 class DockerRunnerPoolResource(dg.ConfigurableResource):
@@ -68,14 +77,16 @@ class DockerRunnerPoolResource(dg.ConfigurableResource):
         default, hosts = self.pool()
         return hosts.get(label, default)
 
-    def client(self, label: str) -> docker.DockerClient:
-        """A client for the label's engine; EngineUnavailable (naming label and URL) when it is down."""
+    def client(self, label: str, engine: int = 0) -> docker.DockerClient:
+        """A client for the label's engine (`engine`: which of its hosts' engines, counted from 0,
+        wrapping round); EngineUnavailable (naming label and URL) when it is down."""
         import docker
         import requests
 
         from nightly_assets.containers.engine import engine_unreachable
 
-        url = self.host(label).docker_host
+        engines = self.host(label).engines()
+        url = engines[engine % len(engines)]
         try:
             client = docker.DockerClient(base_url=url) if url else docker.from_env()
             client.ping()

@@ -203,12 +203,18 @@ def image_shards(work: StageWork, gpus: int, run_in: RunIn) -> ShardedRun | None
         )
         return None
     collected = [c.node_id for c in parse_collect_only(output, name, run.runner_name).cases]
+    pool: DockerRunnerPoolResource = work.resources.docker_pool
     store = work.resources.warehouse.store()
     durations, nights = store.suite_durations(run.key.pipeline, run.key.target, name, nights=HISTORY_NIGHTS)
+
+    engines = pool.host(work.label).engines()
 
     def run_one(job: ShardJob) -> Path:
         from nightly_assets.containers.runner import ContainerRunError
 
+        # Shards take the label's engines in turn; a re-run goes to the next one (another host).
+        engine = (job.shard.index - 1 + job.attempt - 1) % len(engines)
+        job.notes["engine"] = engines[engine] or "DOCKER_HOST"
         try:
             result = run_in(
                 pytest_args=rerun_selection(work, list(job.shard.units)),
@@ -217,6 +223,7 @@ def image_shards(work: StageWork, gpus: int, run_in: RunIn) -> ShardedRun | None
                 env=env,
                 out_dir=run.workdir / job.name,
                 on_stop=job.on_stop,
+                engine=engine,
             )
         except ContainerRunError as exc:  # killed, or gone before it reported
             raise ShardLost(str(exc).splitlines()[0]) from None
@@ -320,21 +327,25 @@ def run_in_image(
     env: dict[str, str] | None = None,
     out_dir: Path | None = None,
     on_stop: Callable[[Callable[[], None]], None] | None = None,
+    engine: int = 0,
 ) -> SuiteRun:
     """Run a pytest suite (or `program`) in the upstream image; outputs land in `out_dir`
-    (default run.workdir/out); `on_stop` is told how to kill its container (a shard's)."""
+    (default run.workdir/out); `on_stop` is told how to kill its container (a shard's); `engine`:
+    which of the label's engines (a shard's place among them)."""
     from nightly_assets.containers.runner import RunnerPipesClient, program_command, suite_command
 
     context, environment, label = work.context, work.env, work.label
     pool: DockerRunnerPoolResource = work.resources.docker_pool
-    client = pool.client(label)
+    client = pool.client(label, engine)
     image = _ensure_image(client, environment, work.resources.registries)
     python, rootdir = environment.python, str(environment.rootdir)
     if program is not None:
         command = program_command(python, rootdir, program, timeout_s)
     else:
         command = suite_command(python, rootdir, pytest_args or [], timeout_s, collect_only)
-    context.log.info(f"running in {image} on '{label}': {' '.join(command[2:])}")
+    engines = pool.host(label).engines()
+    where = f"'{label}'" + (f" (engine {engines[engine % len(engines)]})" if len(engines) > 1 else "")
+    context.log.info(f"running in {image} on {where}: {' '.join(command[2:])}")
     pipes = RunnerPipesClient(client, timeout_s=timeout_s + 60)
     result = pipes.run_suite(
         context=context,
