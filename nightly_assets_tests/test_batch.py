@@ -391,8 +391,10 @@ def test_interrupted_sweep_cancels_the_jobs_in_flight(batch: BatchSchedulerResou
         run_sweep(batch, points, command, walltime=WALLTIME, max_concurrent_jobs=2, log=interrupt)
     jobs = sorted((Path(batch.spool_dir) / "jobs").iterdir())
     assert len(jobs) == 2
-    statuses = {_final(batch, job.name).reason for job in jobs}
-    assert statuses == {"", "cancelled"}
+    reasons = sorted(_final(batch, job.name).reason for job in jobs)
+    # The 9-node job was cancelled, whether the local scheduler had started it yet or not (a busy
+    # machine may not have): "cancelled" or "cancelled before it started".
+    assert reasons[0] == "" and reasons[1].startswith("cancelled"), reasons
 
 
 # --- report ----------------------------------------------------------------------------------
