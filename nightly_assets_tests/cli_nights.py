@@ -14,20 +14,34 @@ from nightly_assets_tests.catalog_files import copy_catalog, pipeline_path
 
 SLOW_BENCHMARK = """\
 import json, subprocess, sys, time
+
+# Sleeps `seconds`, or until the file `release` exists (a test that decides when it ends).
+WAIT = (
+    "import os, time\\n"
+    "end = time.time() + {seconds}\\n"
+    "while time.time() < end and not os.path.exists({release!r}):\\n"
+    "    time.sleep(0.1)\\n"
+)
 # A child of the benchmark, in its process group: an interrupted night must end it too.
-subprocess.Popen([sys.executable, "-c", "import time; time.sleep({seconds})", sys.argv[1]])
-time.sleep({seconds})
+subprocess.Popen([sys.executable, "-c", WAIT, sys.argv[1]])
+exec(WAIT)
 with open(sys.argv[2], "w") as out:
     json.dump({{"benchmarks": [{{"name": "sleep", "value": {seconds}}}]}}, out)
 """
 
 
 def start_night_with_a_slow_benchmark(
-    tmp_path: Path, marker: str, *, seconds: int = 600, env: Mapping[str, str] | None = None
+    tmp_path: Path,
+    marker: str,
+    *,
+    seconds: int = 600,
+    env: Mapping[str, str] | None = None,
+    release: Path | None = None,
 ) -> subprocess.Popen[str]:
-    """`nightly run demo` in a subprocess, on a catalog whose benchmark (and its child) sleeps."""
+    """`nightly run demo` in a subprocess, on a catalog whose benchmark (and its child) sleeps
+    `seconds`, or until the file `release` exists."""
     script = tmp_path / "slow_bench.py"
-    script.write_text(SLOW_BENCHMARK.format(seconds=seconds))
+    script.write_text(SLOW_BENCHMARK.format(seconds=seconds, release=str(release or tmp_path / "never")))
     catalog = copy_catalog(tmp_path / "catalog")
     demo = pipeline_path(catalog, "demo")
     text = demo.read_text()

@@ -19,7 +19,11 @@ from nightly_assets.catalog.loader import load_catalog
 from nightly_assets.reporting.follow_up import summary_run_stages
 from nightly_assets.results import NightKey
 from nightly_assets.warehouse.store import Warehouse
-from nightly_assets_tests.cli_nights import start_night_with_a_slow_benchmark, wait_for_the_benchmark
+from nightly_assets_tests.cli_nights import (
+    read_until,
+    start_night_with_a_slow_benchmark,
+    wait_for_the_benchmark,
+)
 
 KEY = NightKey("demo", dt.date(2026, 11, 3), "cpu")
 
@@ -27,21 +31,31 @@ KEY = NightKey("demo", dt.date(2026, 11, 3), "cpu")
 @pytest.mark.slow
 def test_a_second_run_of_a_night_waits_for_the_first(dagster_home, nightly_home, tmp_path):
     marker = f"nightly-lease-{uuid.uuid4().hex}"
-    first = start_night_with_a_slow_benchmark(tmp_path, marker, seconds=6)
+    release = tmp_path / "release-the-benchmark"
+    # The first night's benchmark runs until the second night says it waits (at most 120 s).
+    first = start_night_with_a_slow_benchmark(tmp_path, marker, seconds=120, release=release)
+    second_process = None
     try:
         first_lines = wait_for_the_benchmark(first, marker)
         env = {**os.environ, "NIGHTLY_CATALOG_DIR": str(tmp_path / "catalog"), "PYTHONUNBUFFERED": "1"}
-        second = subprocess.run(
+        second_process = subprocess.Popen(
             [sys.executable, "-m", "nightly_assets.cli", "run", "demo", "--night", "2026-11-03"],
-            capture_output=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
             env=env,
-            timeout=300,
-            check=False,
+        )
+        waiting = read_until(second_process, "waiting for it to end")
+        release.touch()
+        second_rest, second_err = second_process.communicate(timeout=300)
+        second = subprocess.CompletedProcess(
+            second_process.args, second_process.returncode, "".join(waiting) + second_rest, second_err
         )
         first_rest, _ = first.communicate(timeout=300)
     finally:
         first.kill()
+        if second_process is not None:
+            second_process.kill()
     first_output = "".join(first_lines) + first_rest
     assert first.returncode == 0, first_output  # its checkout and rows were left alone
     assert second.returncode == 0, second.stdout + second.stderr
