@@ -26,6 +26,17 @@ ENVIRONMENT: Stage = {
     "description": "The wheel installed.",
     "params": {},
 }
+# The wheel and the tests in the night's image, built on a docker runner: suites in it run in
+# containers (test_confirm.py, test_sharded_night.py).
+IMAGE_RUNNER = "cpu-amd-m5-4xlarge"
+IMAGE_STAGE: Stage = {
+    "name": "environment",
+    "kind": "docker_image",
+    "deps": ["wheels"],
+    "runner": IMAGE_RUNNER,
+    "description": "The runtime image with the wheel and the tests.",
+    "params": {"install_wheels": True, "tests": ["tests"]},
+}
 FLAKY_TESTS: Stage = {
     "name": "flaky_tests",
     "kind": "test_health",

@@ -28,6 +28,8 @@ from nightly_assets_tests.peers.bazel import BazelPeer
 from nightly_assets_tests.peers.docker import DockerEngine
 from nightly_assets_tests.suite_projects import (
     ENVIRONMENT,
+    IMAGE_RUNNER,
+    IMAGE_STAGE,
     Stage,
     flit_project,
     night_store,
@@ -137,16 +139,6 @@ def test_a_flaky_test_passes_on_its_re_run_and_only_the_broken_one_fails_the_nig
         (catalog_nights.home / "artefacts/confirmpkg/2026-11-05/cpu/tests/manifest.json").read_text()
     )
 
-
-IMAGE_RUNNER = "cpu-amd-m5-4xlarge"
-IMAGE_STAGE: Stage = {
-    "name": "environment",
-    "kind": "docker_image",
-    "deps": ["wheels"],
-    "runner": IMAGE_RUNNER,
-    "description": "The runtime image with the wheel and the tests.",
-    "params": {"install_wheels": True, "tests": ["tests"]},
-}
 
 # In the image no file of this machine is seen, and each run is a fresh container: this flaky test
 # fails in the whole suite's run and passes when run by its node id (a confirmation re-run).

@@ -19,7 +19,14 @@ from nightly_assets.results import NightKey
 from nightly_assets_tests.catalog_nights import CatalogNights
 from nightly_assets_tests.git_repo import commit_files, commit_folder
 from nightly_assets_tests.peers.docker import DockerEngine
-from nightly_assets_tests.suite_projects import flit_project, night_store, project_pipeline, suite_stage
+from nightly_assets_tests.suite_projects import (
+    IMAGE_RUNNER,
+    IMAGE_STAGE,
+    flit_project,
+    night_store,
+    project_pipeline,
+    suite_stage,
+)
 from nightly_assets_tests.third_party_pipeline import (
     LOCAL_SUITE,
     WHOLE_SUITE,
@@ -162,15 +169,6 @@ def test_a_third_party_suite_in_shards_reports_what_it_reports_unsharded(
     assert [len(s["attempts"]) for s in shards["shards"]] == [1, 1, 1]
 
 
-IMAGE_RUNNER = "cpu-amd-m5-4xlarge"
-IMAGE_STAGE: dict[str, Any] = {
-    "name": "environment",
-    "kind": "docker_image",
-    "deps": ["wheels"],
-    "runner": IMAGE_RUNNER,
-    "description": "The runtime image with the wheel and the tests.",
-    "params": {"install_wheels": True, "tests": ["tests"]},
-}
 SLOW_C = "import time\n\n\ndef test_slow():\n    time.sleep(4)\n\n\ndef test_after():\n    pass\n"
 
 

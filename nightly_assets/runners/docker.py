@@ -22,10 +22,11 @@ from nightly_assets.runners.protocol import (
     StageWork,
     SuiteOutcome,
     rerun_selection,
+    shard_history,
     suite_selection,
 )
 from nightly_assets.shards.execute import ShardJob, ShardLost
-from nightly_assets.shards.suite import HISTORY_NIGHTS, ShardedRun, run_sharded
+from nightly_assets.shards.suite import ShardedRun, run_sharded
 from nightly_assets.stages import StageSpec
 from nightly_assets.testing.confirm import Rerunner, pytest_node_id
 from nightly_assets.testing.junit import parse_junit
@@ -57,16 +58,14 @@ class DockerBackend(RunnerBackend):
     def run_suite(self, work: StageWork) -> SuiteOutcome:
         if not work.in_image:
             raise self.unsupported(work, "a suite outside an image", "name a local runner")
-        rerunner = image_rerunner(work, functools.partial(run_in_image, work))
+        run_in = functools.partial(run_in_image, work)
+        pool: DockerRunnerPoolResource = work.resources.docker_pool
+        _record_devices(work)
+        gpus = pool.devices(work.label).count
         suite = work.spec.stage.suite
-        if suite is not None and suite.sharded:
-            pool: DockerRunnerPoolResource = work.resources.docker_pool
-            _record_devices(work)
-            gpus = pool.devices(work.label).count
-            sharded = image_shards(work, gpus, functools.partial(run_in_image, work))
-            if sharded is not None:
-                return SuiteOutcome(sharded.report, rerunner=rerunner, shards=sharded)
-        return SuiteOutcome(suite_in_image(work), rerunner=rerunner)
+        sharded = image_shards(work, gpus, run_in) if suite is not None and suite.sharded else None
+        report = sharded.report if sharded is not None else image_suite(work, gpus, run_in)
+        return SuiteOutcome(report, rerunner=image_rerunner(work, run_in), shards=sharded)
 
     def run_command(self, work: StageWork, argv: list[str], output: str, timeout_s: float) -> Path:
         if not work.in_image:
@@ -122,13 +121,6 @@ def suite_env(work: StageWork) -> dict[str, str]:
     env = {k: str(v).format(**variables) for k, v in work.spec.params(TestSuiteParams).env.items()}
     env["NIGHTLY_EXPECTED_DEVICES"] = str(run.target.devices)
     return env
-
-
-def suite_in_image(work: StageWork) -> TestReport:
-    """The suite in the night's image through Dagster Pipes, on the runner label's Docker host."""
-    pool: DockerRunnerPoolResource = work.resources.docker_pool
-    _record_devices(work)
-    return image_suite(work, pool.devices(work.label).count, functools.partial(run_in_image, work))
 
 
 def _record_devices(work: StageWork) -> None:
@@ -204,9 +196,6 @@ def image_shards(work: StageWork, gpus: int, run_in: RunIn) -> ShardedRun | None
         return None
     collected = [c.node_id for c in parse_collect_only(output, name, run.runner_name).cases]
     pool: DockerRunnerPoolResource = work.resources.docker_pool
-    store = work.resources.warehouse.store()
-    durations, nights = store.suite_durations(run.key.pipeline, run.key.target, name, nights=HISTORY_NIGHTS)
-
     engines = pool.host(work.label).engines()
 
     def run_one(job: ShardJob) -> Path:
@@ -227,10 +216,10 @@ def image_shards(work: StageWork, gpus: int, run_in: RunIn) -> ShardedRun | None
             )
         except ContainerRunError as exc:  # killed, or gone before it reported
             raise ShardLost(str(exc).splitlines()[0]) from None
-        run.published.append(result.out_dir / "output.log")
+        junit, log = result.out_dir / "junit.xml", result.out_dir / "output.log"
+        run.published.append(log)
         if result.timed_out:
             raise ShardLost(f"pytest in the image timed out after {suite.timeout_minutes} min")
-        junit, log = result.out_dir / "junit.xml", result.out_dir / "output.log"
         tail = log.read_text(errors="replace")[-3000:] if log.is_file() else ""
         try:
             usable(result.returncode, tail, junit)
@@ -245,9 +234,9 @@ def image_shards(work: StageWork, gpus: int, run_in: RunIn) -> ShardedRun | None
         name,
         run.runner_name,
         collected,
-        (durations, len(nights)),
+        shard_history(work),
         run_one,
-        parallel=max(1, gpus // suite.min_gpus) if suite.min_gpus else None,
+        gpus=gpus,
         workdir=run.workdir,
         log=work.context.log.info,
     )

@@ -25,11 +25,12 @@ from nightly_assets.runners.protocol import (
     StageWork,
     SuiteOutcome,
     rerun_selection,
+    shard_history,
     suite_selection,
 )
 from nightly_assets.runners.rbe import bazel_wheels
 from nightly_assets.shards.execute import ShardJob, ShardLost
-from nightly_assets.shards.suite import HISTORY_NIGHTS, ShardedRun, run_sharded
+from nightly_assets.shards.suite import ShardedRun, run_sharded
 from nightly_assets.stages import StageSpec
 from nightly_assets.testing.confirm import Rerunner, pytest_node_id
 from nightly_assets.testing.junit import parse_junit
@@ -183,8 +184,6 @@ def _shards_here(
         work.context.log.warning(f"{name}: collection errors: run unsharded, so the report shows them")
         return None
     collected = [c.node_id for c in parse_collect_only(collection.output, name, run.runner_name).cases]
-    store = work.resources.warehouse.store()
-    history = store.suite_durations(run.key.pipeline, run.key.target, name, nights=HISTORY_NIGHTS)
 
     def run_one(job: ShardJob) -> Path:
         junit = run.workdir / f"junit-{job.name}.xml"
@@ -210,15 +209,14 @@ def _shards_here(
             raise ShardLost("pytest ended without writing its JUnit report")
         return junit
 
-    at_once = max(1, host.count // suite.min_gpus) if suite.min_gpus else None  # None: all of them
     return run_sharded(
         suite,
         name,
         run.runner_name,
         collected,
-        (history[0], len(history[1])),
+        shard_history(work),
         run_one,
-        parallel=at_once,
+        gpus=host.count,
         workdir=run.workdir,
         log=work.context.log.info,
     )

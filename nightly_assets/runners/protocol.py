@@ -147,3 +147,16 @@ def rerun_selection(work: StageWork, node_ids: list[str]) -> list[str]:
     assert suite is not None
     args, _ = suite_selection(work, suite.min_gpus)
     return [*node_ids, *args[len(suite.paths) :]]
+
+
+def shard_history(work: StageWork) -> tuple[dict[str, float], int]:
+    """What a sharded suite is planned from: each test's mean seconds over the suite's last
+    HISTORY_NIGHTS nights in the warehouse, and how many nights those were."""
+    from nightly_assets.shards.suite import HISTORY_NIGHTS
+
+    run = work.run
+    store = work.resources.warehouse.store()
+    durations, nights = store.suite_durations(
+        run.key.pipeline, run.key.target, work.spec.stage.name, nights=HISTORY_NIGHTS
+    )
+    return durations, len(nights)

@@ -136,20 +136,20 @@ def run_shards(
                 f"{plural(len(record.shard.units), 'unit')}, expected {record.shard.seconds:.0f} s"
             )
             began = time.monotonic()
+            junit, lost = None, None
             try:
                 junit = run_one(job)
             except ShardLost as exc:
-                _forget(mine)
-                seconds = time.monotonic() - began
-                record.attempts.append({"seconds": round(seconds, 3), "lost": str(exc), **job.notes})
+                lost = str(exc)
+            _forget(mine)
+            seconds = time.monotonic() - began
+            record.attempts.append({"seconds": round(seconds, 3), "lost": lost, **job.notes})
+            if junit is None:
                 again = (
                     "re-running it alone" if attempt <= retries else "no retries left: its tests did not run"
                 )
-                log(f"{job.label}: lost after {seconds:.0f} s ({exc}); {again}")
+                log(f"{job.label}: lost after {seconds:.0f} s ({lost}); {again}")
                 continue
-            _forget(mine)
-            seconds = time.monotonic() - began
-            record.attempts.append({"seconds": round(seconds, 3), "lost": None, **job.notes})
             record.junit = junit
             with lock:
                 done[0] += 1

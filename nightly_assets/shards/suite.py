@@ -109,13 +109,15 @@ def run_sharded(
     history: tuple[Mapping[str, float], int],
     run_one: RunShard,
     *,
-    parallel: int | None,
+    gpus: int,
     workdir: Path,
     log: Callable[[str], None],
 ) -> ShardedRun:
     """Plan the collected tests from `history` (durations, nights they span), run every shard with
-    `run_one`, at most `parallel` at once (None: all), and merge their reports into the suite's one report."""
+    `run_one`, all at once (a GPU suite: as many as the runner's `gpus` give each its `min_gpus`),
+    and merge their reports into the suite's one report."""
     durations, nights = history
+    parallel = max(1, gpus // suite.min_gpus) if suite.min_gpus else None  # None: all of them
     plan = plan_suite(suite, collected, durations)
     plan_file = workdir / "shard-plan.json"
     plan_file.write_text(json.dumps({"history_nights": nights, **plan.to_json()}, indent=1))

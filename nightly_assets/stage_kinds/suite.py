@@ -117,7 +117,7 @@ def build_test_suite_asset(spec: StageSpec) -> dg.AssetsDefinition:
                 **confirmation.metadata(),
                 **outcome.metadata,
                 **device_metadata,
-                **(outcome.shards.metadata() if outcome.shards is not None else {}),
+                **(sharded.metadata() if sharded is not None else {}),
             },
         )
 
