@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # nightly_assets on a GPU host, without the repository: the orchestrator in a venv of its own, the
-# nights on the host's framework stack (its torch / JAX / CuPy build), demo_gpu run for each night.
+# nights on the host's framework stack (its torch / JAX / CuPy build), demo_gpu (or $PIPELINE) run
+# for each night.
 #
 #   deploy/gpu_host.sh WHEEL_DIR NIGHT [NIGHT ...]
 #
@@ -12,6 +13,7 @@
 #                        interpreter of NIGHTLY_BASE_PYTHON: never the stack's venv itself, whose
 #                        packages, e.g. protobuf, may not suit Dagster)
 #   WORK                 where the venv, DAGSTER_HOME and NIGHTLY_HOME go (default ./nightly-gpu-host)
+#   PIPELINE             the pipeline to run (default demo_gpu; another catalog: NIGHTLY_CATALOG_DIR)
 #   PIP_NO_DEPS=1        install every wheel of WHEEL_DIR as it is, unresolved (a set trimmed of the
 #                        optional clients: GCS, ECR, Kubernetes, the tf_theta plots)
 set -euo pipefail
@@ -62,10 +64,11 @@ for name in ("torch", "jax", "jaxlib", "cupy-cuda13x", "cupy-cuda12x", "triton")
     except md.PackageNotFoundError:
         pass
 EOF
+pipeline=${PIPELINE:-demo_gpu}
 status=0
 for night in "$@"; do
-  echo "== nightly run demo_gpu --night $night"
-  "$work/venv/bin/nightly" run demo_gpu --night "$night" || status=$?
+  echo "== nightly run $pipeline --night $night"
+  "$work/venv/bin/nightly" run "$pipeline" --night "$night" || status=$?
 done
-"$work/venv/bin/nightly" status --pipeline demo_gpu
+"$work/venv/bin/nightly" status --pipeline "$pipeline"
 exit $status

@@ -15,8 +15,11 @@ from typing import Any
 import pytest
 import yaml
 
+from nightly_assets.devices.leases import GpuLeases
+from nightly_assets.devices.probe import probe_gpus
 from nightly_assets.results import NightKey
 from nightly_assets_tests.catalog_nights import CatalogNights
+from nightly_assets_tests.fake_gpus import fake_gpu_host
 from nightly_assets_tests.git_repo import commit_files, commit_folder
 from nightly_assets_tests.peers.docker import DockerEngine
 from nightly_assets_tests.suite_projects import (
@@ -167,6 +170,71 @@ def test_a_third_party_suite_in_shards_reports_what_it_reports_unsharded(
     shards = json.loads(manifest.read_text())["shards"]
     assert shards["merge"]["planned"] == len(whole) and shards["merge"]["not_run"] == 0
     assert [len(s["attempts"]) for s in shards["shards"]] == [1, 1, 1]
+
+
+# Each test writes when it ran and which card it saw: two shards on one card must take turns.
+CARD_USER = """import json, os, pathlib, time
+
+def test_{name}():
+    began = time.time()
+    time.sleep(1.5)
+    pathlib.Path({spans!r}, "{name}.json").write_text(
+        json.dumps([began, time.time(), os.environ.get("CUDA_VISIBLE_DEVICES")])
+    )
+"""
+
+
+@pytest.mark.slow
+def test_gpu_shards_on_a_one_card_host_take_turns_on_it(
+    catalog_nights: CatalogNights, tmp_path: Path, wheelhouse: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As on the H200 host (issue 39's GPU night): a 1-GPU suite in 2 shards on a host with one card
+    runs its shards one after the other on card 0, never both on it; while another stage holds the
+    card the first shard waits, and that wait is recorded apart from its run."""
+    fake_gpu_host(monkeypatch, tmp_path, "h200x1")
+    spans = tmp_path / "spans"
+    spans.mkdir()
+    files = {f"tests/test_{n}.py": CARD_USER.format(name=n, spans=str(spans)) for n in ("a", "b")}
+    repo = tmp_path / "upstream" / "cardpkg"
+    project = flit_project(
+        "cardpkg", "Tests that each need the one card.", {"cardpkg/__init__.py": "", **files}
+    )
+    commit_files(repo, project)
+    text = project_pipeline(
+        "cardpkg", repo, "A 1-GPU suite in 2 shards.", [suite_stage(shards=2, min_gpus=1)]
+    )
+    folder = catalog_nights.home / "artefacts/cardpkg/2026-11-03/cpu/tests"
+    holding, collected = threading.Event(), folder / "collect.log"
+
+    def another_stage_holds_the_card() -> None:  # as the night's benchmark held it on the H200
+        with GpuLeases(catalog_nights.home / "gpu-leases").hold(
+            probe_gpus(), 1, owner="benchmarks", timeout_s=5
+        ):
+            holding.set()
+            deadline = time.monotonic() + 120
+            while not collected.exists() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            time.sleep(1.5)  # the shards are planned and the first asks for the card meanwhile
+
+    holder = threading.Thread(target=another_stage_holds_the_card)
+    holder.start()
+    assert holding.wait(10)
+    _, stages, outcome = catalog_nights.run(text, "2026-11-03")
+    holder.join()
+
+    assert outcome.succeeded, {s.stage: s.detail for s in stages.values()}
+    assert stages["tests"].detail == "2/2 passed; 2 shards"
+    ran = sorted(json.loads(f.read_text()) for f in spans.glob("*.json"))
+    assert [card for _, _, card in ran] == ["0", "0"]
+    (_, first_end, _), (second_start, _, _) = ran
+    assert second_start >= first_end  # never both on the card
+    attempts = [
+        s["attempts"][0] for s in json.loads((folder / "manifest.json").read_text())["shards"]["shards"]
+    ]
+    assert [a["devices"] for a in attempts] == [["0"], ["0"]]
+    waited = sorted(a["waited_s"] for a in attempts)
+    assert waited[0] < 1.0 <= waited[1]  # the first shard waited for the benchmark, the second did not
+    assert all(a["seconds"] >= a["waited_s"] + 1.5 for a in attempts)  # its run is the rest
 
 
 SLOW_C = "import time\n\n\ndef test_slow():\n    time.sleep(4)\n\n\ndef test_after():\n    pass\n"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -187,9 +188,12 @@ def _shards_here(
 
     def run_one(job: ShardJob) -> Path:
         junit = run.workdir / f"junit-{job.name}.xml"
+        asked = time.monotonic()
         with handed_devices(work, host, suite.min_gpus, timeout_s) as handed:
             if handed.lease.ids:
                 job.notes["devices"] = list(handed.lease.ids)
+                # A shard waiting for a card held by another shard or stage is not a slow shard.
+                job.notes["waited_s"] = round(time.monotonic() - asked, 3)
             try:
                 test_runner.run_pytest(
                     python,

@@ -154,7 +154,9 @@ def run_shards(
             with lock:
                 done[0] += 1
                 finished = done[0]
-            log(f"{job.label}: done in {seconds:.0f} s ({finished} of {of} shards done)")
+            waited = job.notes.get("waited_s", 0.0)
+            waiting = f", {waited:.0f} s of it waiting for devices" if waited >= 1 else ""
+            log(f"{job.label}: done in {seconds:.0f} s{waiting} ({finished} of {of} shards done)")
             break
         return record
 

@@ -53,13 +53,17 @@ class ShardedRun:
         }
 
     def metadata(self) -> dict[str, object]:
-        rows = ["| shard | tests | expected s | took s | attempts | outcome |", "|---|---|---|---|---|---|"]
+        rows = [
+            "| shard | tests | expected s | took s | waited s | attempts | outcome |",
+            "|---|---|---|---|---|---|---|",
+        ]
         for record in self.records:
             took = sum(a["seconds"] for a in record.attempts)
+            waited = sum(a.get("waited_s", 0.0) for a in record.attempts)  # for devices held elsewhere
             outcome = "reported" if record.junit is not None else f"lost: {record.lost}"
             rows.append(
                 f"| {record.shard.index} | {len(record.shard.units)} units | {record.shard.seconds:.0f} "
-                f"| {took:.0f} | {len(record.attempts)} | {outcome.replace('|', '/')} |"
+                f"| {took:.0f} | {waited:.0f} | {len(record.attempts)} | {outcome.replace('|', '/')} |"
             )
         return {
             "shards": dg.MetadataValue.int(len(self.records)),
