@@ -211,11 +211,11 @@ def test_builtin_catalog_has_the_seed_values():
             "dynamo/defs.yaml: pipeline 'dynamo' stage 'tests_unit' (test_suite) cannot run on "
             "'gpu-l40-amd64' (docker); expected a runner of kind tpu_vm",
         ),
-        (  # shards run where a runner holds many at once: not (yet) as Kubernetes pods
-            "torch_spyre",
-            lambda d: d["stages"][6]["suite"].update(shards=4),
-            "stage 'tests_pytorch_in_scope': suite.shards runs on runners of kind docker, local, not on "
-            "'spyre-aiu' (kubernetes); leave 'shards' and 'shard_minutes' out there",
+        (  # shards run where a runner holds many at once: not (yet) on TPU VMs
+            "tpu",
+            lambda d: d["stages"][1]["suite"].update(shards=4),
+            "stage 'tests_tpu': suite.shards runs on runners of kind docker, kubernetes, local, not on "
+            "'tpu-v6e' (tpu_vm); leave 'shards' and 'shard_minutes' out there",
         ),
         (
             "demo",

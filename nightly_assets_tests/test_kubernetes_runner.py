@@ -366,9 +366,12 @@ def cluster_env(k8s_api, nightly_home, tmp_path, monkeypatch):
     return k8s_api
 
 
-def _device_suite(home: Path, tmp_path: Path, raise_on_error: bool = False) -> dict:
-    """torch_spyre/tests_device of the shipped catalog materialized on its own for NIGHT, after
-    the image stage pushed tonight's image; what the run left behind comes back."""
+def _device_suite(
+    home: Path, tmp_path: Path, raise_on_error: bool = False, shards: int | None = None
+) -> dict:
+    """torch_spyre/tests_device of the shipped catalog (`shards`: in that many shards) materialized
+    on its own for NIGHT, after the image stage pushed tonight's image; what the run left behind
+    comes back."""
     resources = resources_for("local", home)
     artefacts = resources["artefacts"]
     artefacts.write_manifest(
@@ -385,8 +388,16 @@ def _device_suite(home: Path, tmp_path: Path, raise_on_error: bool = False) -> d
     )
     (tmp_path / "dagster_home").mkdir(exist_ok=True)
     with dg.instance_for_test(temp_dir=str(tmp_path / "dagster_home")) as instance:
+        catalog = None
+        if shards is not None:
+            catalog = copy_catalog(tmp_path / "catalog")
+            defs = catalog / "torch_spyre" / "defs.yaml"
+            shipped = "suite: {markers: spyre_device,"
+            defs.write_text(
+                defs.read_text().replace(shipped, f"suite: {{shards: {shards}, markers: spyre_device,")
+            )
         result = dg.materialize(
-            [build_definitions().get_assets_def(DEVICE_SUITE)],
+            [build_definitions(catalog).get_assets_def(DEVICE_SUITE)],
             partition_key=f"{NIGHT.night.isoformat()}|{NIGHT.target}",
             resources=resources,
             instance=instance,
@@ -570,3 +581,94 @@ def test_a_pod_whose_creation_was_interrupted_is_found_by_its_attempt_label_and_
     listed = [s for s in cluster_env.requests if s.method == "GET" and "labelSelector" in s.query]
     assert [s.query["labelSelector"] for s in listed] == [[f"nightly/attempt={attempt}"]]
     assert cluster_env.calls()[-1] == "delete"
+
+
+def _shard_pods(k8s_api) -> dict[str, list[str]]:
+    """Each created pod's role (collect, or the tests it was given) -> the pods' node names."""
+    roles: dict[str, list[str]] = {}
+    for pod in k8s_api.pods.values():
+        command = pod.body["spec"]["containers"][0]["command"]
+        role = "collect" if "--collect-only" in command else ",".join(c for c in command if "::" in c)
+        roles.setdefault(role, []).append(pod.scenario.get("node") or "")
+    return roles
+
+
+def test_a_sharded_suite_runs_a_pod_per_shard_and_reports_one_suite(cluster_env, nightly_home, tmp_path):
+    """The suite collected in a pod, then its 2 shards as pods at once (recorded as the planner
+    splits the 3 tests): one report of every test once, each shard's pod and node in the manifest,
+    and every pod deleted."""
+    cluster_env.use("sharded")
+    seen = _device_suite(nightly_home, tmp_path, shards=2)
+    assert seen["result"].success, seen["stage"].detail
+    assert seen["stage"].detail == "2/3 passed; 2 shards"  # as the unsharded pod reports it
+    roles = _shard_pods(cluster_env)
+    assert sorted(roles) == sorted(
+        [
+            "collect",
+            "tests/test_aiu.py::test_allreduce,tests/test_aiu.py::test_matmul_on_the_card",
+            "tests/test_aiu.py::test_conv2d_matches_cpu",
+        ]
+    )
+    assert all(pod.deleted.is_set() for pod in cluster_env.pods.values())
+    folder = nightly_home / "artefacts" / "torch_spyre" / "2026-11-04" / "pytorch-pinned" / "tests_device"
+    shards = json.loads((folder / "manifest.json").read_text())["shards"]
+    assert shards["merge"]["planned"] == 3 and shards["merge"]["not_run"] == 0
+    nodes = {s["index"]: [a["node"] for a in s["attempts"]] for s in shards["shards"]}
+    assert nodes == {1: ["aiu-worker-1.spyre.example"], 2: ["aiu-worker-3.spyre.example"]}
+    assert all(a["pod"].startswith("torch-spyre-ci/") for s in shards["shards"] for a in s["attempts"])
+
+
+def test_an_evicted_shard_pod_runs_again_alone(cluster_env, nightly_home, tmp_path):
+    """The pod of shard 2 is OOM-killed before it reports: that shard alone runs again in a new
+    pod (on another node) and the night's report holds every test once; shard 1's pod ran once."""
+    cluster_env.use("sharded_one_evicted")
+    seen = _device_suite(nightly_home, tmp_path, shards=2)
+    assert seen["result"].success, seen["stage"].detail
+    assert seen["stage"].detail == "2/3 passed; 2 shards (1 re-run)"
+    roles = _shard_pods(cluster_env)
+    assert roles["tests/test_aiu.py::test_conv2d_matches_cpu"] == [
+        "aiu-worker-2.spyre.example",  # OOM-killed there
+        "aiu-worker-3.spyre.example",
+    ]
+    assert len(roles["tests/test_aiu.py::test_allreduce,tests/test_aiu.py::test_matmul_on_the_card"]) == 1
+    folder = nightly_home / "artefacts" / "torch_spyre" / "2026-11-04" / "pytorch-pinned" / "tests_device"
+    (second,) = [
+        s for s in json.loads((folder / "manifest.json").read_text())["shards"]["shards"] if s["index"] == 2
+    ]
+    first_try, re_run = second["attempts"]
+    assert "OOMKilled" in first_try["lost"] and re_run["lost"] is None
+    assert "shard 2/2: lost after" in seen["events"] and "re-running it alone" in seen["events"]
+
+
+def test_a_shard_pod_lost_on_every_attempt_leaves_its_tests_not_run(cluster_env, nightly_home, tmp_path):
+    """Shard 2's pod is OOM-killed each time: its test is reported as not run, never passed, and
+    the suite fails; shard 1's results stand."""
+    cluster_env.use("sharded_one_always_evicted")
+    seen = _device_suite(nightly_home, tmp_path, shards=2)
+    assert not seen["result"].success
+    assert seen["stage"].status == "failure"
+    assert "1 of 3 planned tests did not run" in (seen["stage"].detail or ""), seen["stage"].detail
+    with dg.build_resources({"warehouse": resources_for("local", nightly_home)["warehouse"]}) as resolved:
+        cases = {c.node_id: c for c in resolved.warehouse.store().test_cases(NIGHT, "tests_device")}
+    lost = cases["tests.test_aiu::test_conv2d_matches_cpu"]
+    assert lost.outcome == "skipped" and (lost.message or "").startswith("not run: shard 2 of 2 was lost")
+    assert cases["tests.test_aiu::test_matmul_on_the_card"].outcome == "passed"
+
+
+def test_an_interrupted_sharded_suite_deletes_every_shard_pod(cluster_env, nightly_home, tmp_path):
+    """Both shards' pods run and are followed when the run is cancelled: the stage's thread stops
+    the shards, and each shard's pod is deleted (none holds a card until its deadline)."""
+    main = threading.main_thread().ident
+    cluster_env.use("sharded_interrupted")
+    followed = []
+
+    def on_follow() -> None:
+        followed.append(1)
+        if len(followed) == 2:  # both shards' pods are running
+            signal.pthread_kill(main, signal.SIGINT)
+
+    cluster_env.on_follow = on_follow
+    with pytest.raises((KeyboardInterrupt, dg.DagsterExecutionInterruptedError)):
+        _device_suite(nightly_home, tmp_path, raise_on_error=True, shards=2)
+    shard_pods = [p for p in cluster_env.pods.values() if "--collect-only" not in json.dumps(p.body)]
+    assert len(shard_pods) == 2 and all(pod.deleted.is_set() for pod in shard_pods)

@@ -61,6 +61,10 @@ class SuiteRun:
     out_dir: Path
     invocation: dg.PipesClientCompletedInvocation | None  # None: a pod that failed after it reported
 
+    def where(self) -> dict[str, str]:
+        """Where it ran, for a shard's record (a pod and its node); a container says nothing more."""
+        return {}
+
 
 class RunnerPipesClient(PipesDockerClient):
     """`PipesDockerClient` bound to one engine, copying files in and results out."""

@@ -14,6 +14,7 @@ import base64
 import gzip
 import json
 import secrets
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -58,6 +59,9 @@ class PodRun(SuiteRun):
     namespace: str = ""
     node: str | None = None
     deleted: bool = False
+
+    def where(self) -> dict[str, str]:
+        return {"pod": f"{self.namespace}/{self.pod}", "node": self.node or ""}
 
 
 class FileShippingLogsReader(PipesK8sPodLogsMessageReader):
@@ -128,6 +132,8 @@ class NightlyPipesK8sClient(PipesK8sClient):
         self._pod: str | None = None
         self._node: str | None = None
         self._context: dg.AssetExecutionContext | None = None
+        self._where: tuple[str, str] | None = None  # the namespace and attempt label of the pod run now
+        self._stopped = threading.Event()
 
     def _load_k8s_config(self) -> None:
         self._configure()
@@ -145,6 +151,9 @@ class NightlyPipesK8sClient(PipesK8sClient):
     ) -> Iterator[None]:
         # The library calls this right after it created the pod: from here on the pod is ours to delete.
         self._core_api, self._pod = client.core_api, pod_name
+        # The library's waits poll through its sleeper: a stopped run ends there (a deleted pod
+        # reads as "not launched yet" to it, which it would wait for until its launch timeout).
+        client.sleeper = self._sleep
         self._node = self._wait_until_started(context, namespace, pod_name)
         with super().consume_pod_logs(
             context, client, namespace, pod_name, enable_multi_container_logs, ignore_containers
@@ -171,6 +180,7 @@ class NightlyPipesK8sClient(PipesK8sClient):
         started = time.monotonic()
         # Finds the pod even when its creation was interrupted before its name came back.
         attempt = secrets.token_hex(8)
+        self._where = (namespace, attempt)
         labels = {**base_pod_meta.get("labels", {}), ATTEMPT_LABEL: attempt}
         base_pod_meta = {**base_pod_meta, "labels": labels}
         deadline = float(base_pod_spec.get("activeDeadlineSeconds") or 0)
@@ -226,6 +236,22 @@ class NightlyPipesK8sClient(PipesK8sClient):
             deleted=deleted,
         )
 
+    def _sleep(self, seconds: float) -> None:
+        if self._stopped.wait(seconds):
+            raise DagsterK8sError("the night was interrupted: the pod was deleted")
+
+    def stop(self, context: dg.AssetExecutionContext) -> None:
+        """Delete the pod this client runs now (from another thread: the night was interrupted), so
+        that the run waiting on it ends and no card stays held until its deadline."""
+        self._stopped.set()
+        if self._where is None:
+            return
+        namespace, attempt = self._where
+        if self._pod is not None:
+            self._delete(context, namespace, self._pod)
+        else:
+            self._delete_attempt(context, namespace, attempt)
+
     def _wait_until_started(self, context: dg.AssetExecutionContext, namespace: str, name: str) -> str | None:
         """The node the pod runs on, once its container runs (or ended, or waits on an image pull,
         which the library reports). PodNotScheduled when no node took it in time; PodRunError when
@@ -254,7 +280,7 @@ class NightlyPipesK8sClient(PipesK8sClient):
                             f"pod {namespace}/{name}'s container cannot be created: {describe_pod(pod)}; "
                             "check the runner's secret_env and image against the namespace"
                         )
-                time.sleep(self.poll_interval)
+                self._sleep(self.poll_interval)
                 continue
             why = (
                 f"{scheduled.reason}: {scheduled.message}"
@@ -271,7 +297,7 @@ class NightlyPipesK8sClient(PipesK8sClient):
                     f"({why or 'no node took it'}); check the runner's node_selector, tolerations and "
                     "extended_resources against the cluster's nodes"
                 )
-            time.sleep(min(self.poll_interval, left))
+            self._sleep(min(self.poll_interval, left))
 
     def _why(self, namespace: str, library_error: str) -> str:
         """Why the pod failed, as its status says (reasons, exit codes), and its last output lines."""

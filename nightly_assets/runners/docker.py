@@ -4,9 +4,9 @@ wheels in a clean builder container, on the runner label's Docker host."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from nightly_assets.artefacts.resources import MissingArtefactError
 from nightly_assets.builds.wheel_params import WheelsParams
@@ -63,7 +63,10 @@ class DockerBackend(RunnerBackend):
         _record_devices(work)
         gpus = pool.devices(work.label).count
         suite = work.spec.stage.suite
-        sharded = image_shards(work, gpus, run_in) if suite is not None and suite.sharded else None
+        engines = pool.host(work.label).engines()
+        sharded = (
+            image_shards(work, gpus, run_in, engines=engines) if suite is not None and suite.sharded else None
+        )
         report = sharded.report if sharded is not None else image_suite(work, gpus, run_in)
         return SuiteOutcome(report, rerunner=image_rerunner(work, run_in), shards=sharded)
 
@@ -173,10 +176,22 @@ def image_suite(work: StageWork, gpus: int, run_in: RunIn) -> TestReport:
     return report
 
 
-def image_shards(work: StageWork, gpus: int, run_in: RunIn) -> ShardedRun | None:
-    """The suite in shards, each a container of the night's image at once (as many as the runner's
-    GPUs allow a GPU suite), planned from the tests collected in the image; None where it only
-    collects (too few GPUs, a collect-only arch) or collection failed: then it runs unsharded."""
+def image_shards(
+    work: StageWork,
+    gpus: int,
+    run_in: RunIn,
+    *,
+    engines: Sequence[str | None] | None = None,
+    lost: tuple[type[Exception], ...] = (),
+    cards_bound: bool = True,
+) -> ShardedRun | None:
+    """The suite in shards, each a container (or pod) of the night's image at once (as many as the
+    runner's GPUs allow a GPU suite), planned from the tests collected in the image; None where it
+    only collects (too few GPUs, a collect-only arch) or collection failed: then it runs unsharded.
+    `engines`: the Docker hosts shards take in turn (a cluster places pods itself); `lost`: the
+    errors of `run_in` that mean the shard's container or pod was lost, beside a container's;
+    `cards_bound`: False where each shard asks for its own cards (a pod: the cluster holds it
+    pending until a node has them), so `gpus` does not bound how many run at once."""
     suite = work.spec.stage.suite
     assert suite is not None
     run, name = work.run, work.spec.stage.name
@@ -195,15 +210,15 @@ def image_shards(work: StageWork, gpus: int, run_in: RunIn) -> ShardedRun | None
         )
         return None
     collected = [c.node_id for c in parse_collect_only(output, name, run.runner_name).cases]
-    pool: DockerRunnerPoolResource = work.resources.docker_pool
-    engines = pool.host(work.label).engines()
 
     def run_one(job: ShardJob) -> Path:
         from nightly_assets.containers.runner import ContainerRunError
 
-        # Shards take the label's engines in turn; a re-run goes to the next one (another host).
-        engine = (job.shard.index - 1 + job.attempt - 1) % len(engines)
-        job.notes["engine"] = engines[engine] or "DOCKER_HOST"
+        lost_errors: tuple[type[Exception], ...] = (ContainerRunError, *lost)
+        place: dict[str, Any] = {}
+        if engines:  # shards take the label's engines in turn; a re-run goes to the next (another host)
+            place["engine"] = (job.shard.index - 1 + job.attempt - 1) % len(engines)
+            job.notes["engine"] = engines[place["engine"]] or "DOCKER_HOST"
         try:
             result = run_in(
                 pytest_args=rerun_selection(work, list(job.shard.units)),
@@ -212,10 +227,11 @@ def image_shards(work: StageWork, gpus: int, run_in: RunIn) -> ShardedRun | None
                 env=env,
                 out_dir=run.workdir / job.name,
                 on_stop=job.on_stop,
-                engine=engine,
+                **place,
             )
-        except ContainerRunError as exc:  # killed, or gone before it reported
+        except lost_errors as exc:  # killed, evicted, or gone before it reported
             raise ShardLost(str(exc).splitlines()[0]) from None
+        job.notes.update(result.where())
         junit, log = result.out_dir / "junit.xml", result.out_dir / "output.log"
         run.published.append(log)
         if result.timed_out:
@@ -236,7 +252,7 @@ def image_shards(work: StageWork, gpus: int, run_in: RunIn) -> ShardedRun | None
         collected,
         shard_history(work),
         run_one,
-        gpus=gpus,
+        gpus=gpus if cards_bound else None,
         workdir=run.workdir,
         log=work.context.log.info,
     )

@@ -11,6 +11,7 @@ be handed the checkout; a wheels stage names a local or docker runner.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -45,12 +46,23 @@ class KubernetesBackend(RunnerBackend):
             outcome = docker.BACKEND.run_suite(work)
             outcome.metadata["kubernetes/stand_in"] = "docker"
             return outcome
+        from nightly_assets.kubernetes.pipes import PodRunError
+
         pods: list[PodRun] = []
         run_in = functools.partial(run_in_pod, work, pods)
-        report = docker.image_suite(work, placement_of(work).devices(), run_in)
+        gpus, suite = placement_of(work).devices(), work.spec.stage.suite
+        # Shards are pods at once, each asking for its own cards: the cluster places them on its
+        # nodes, and one that no node can take yet stays pending until a card is free.
+        sharded = (
+            docker.image_shards(work, gpus, run_in, lost=(PodRunError,), cards_bound=False)
+            if suite and suite.sharded
+            else None
+        )
+        report = sharded.report if sharded is not None else docker.image_suite(work, gpus, run_in)
         # The suite's pod is the one its metadata names; a re-run's pods are not added to it.
         rerunner = docker.image_rerunner(work, functools.partial(run_in_pod, work, []))
-        return SuiteOutcome(report, pod_metadata(pods), rerunner)
+        metadata = pod_metadata(pods) if sharded is None else {}  # a shard's pod is in the shard table
+        return SuiteOutcome(report, metadata, rerunner, shards=sharded)
 
     def run_command(self, work: StageWork, argv: list[str], output: str, timeout_s: float) -> Path:
         if not work.in_image:
@@ -91,9 +103,11 @@ def run_in_pod(
     timeout_s: float,
     env: dict[str, str] | None = None,
     out_dir: Path | None = None,
+    on_stop: Callable[[Callable[[], None]], None] | None = None,
 ) -> PodRun:
     """A suite (or `program`) in the night's image as a pod of the work's runner; outputs land in
-    `out_dir` (default run.workdir/out). The pod is appended to `pods` for the metadata."""
+    `out_dir` (default run.workdir/out). The pod is appended to `pods` for the metadata; `on_stop`
+    is told how to delete it (a shard's pod, when the night is interrupted)."""
     from nightly_assets.containers.runner import program_command, suite_command
     from nightly_assets.kubernetes.pods import PodSpecBuilder
 
@@ -119,7 +133,10 @@ def run_in_pod(
         f"running {image} as a pod of '{work.label}' in namespace {placement.namespace} on "
         f"{cluster.connection()}: {' '.join(command[2:])}"
     )
-    result = cluster.pipes_client().run_pod(
+    client = cluster.pipes_client()
+    if on_stop is not None:
+        on_stop(functools.partial(client.stop, context))
+    result = client.run_pod(
         context=context,
         image=image,
         command=builder.command(command),

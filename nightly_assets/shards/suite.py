@@ -113,7 +113,7 @@ def run_sharded(
     history: tuple[Mapping[str, float], int],
     run_one: RunShard,
     *,
-    gpus: int,
+    gpus: int | None,
     workdir: Path,
     log: Callable[[str], None],
 ) -> ShardedRun:
@@ -121,7 +121,7 @@ def run_sharded(
     `run_one`, all at once (a GPU suite: as many as the runner's `gpus` give each its `min_gpus`),
     and merge their reports into the suite's one report."""
     durations, nights = history
-    parallel = max(1, gpus // suite.min_gpus) if suite.min_gpus else None  # None: all of them
+    parallel = max(1, gpus // suite.min_gpus) if suite.min_gpus and gpus is not None else None  # None: all
     plan = plan_suite(suite, collected, durations)
     plan_file = workdir / "shard-plan.json"
     plan_file.write_text(json.dumps({"history_nights": nights, **plan.to_json()}, indent=1))

@@ -14,6 +14,9 @@ to this loopback server. It answers in Kubernetes' own shapes, from ``data/k8s_a
   when ``follow``; a scenario with ``log_follows_until_deleted`` calls ``on_follow`` (a test
   interrupts the run there) and holds the stream open until the pod is deleted;
 - ``DELETE .../pods/{name}`` -> 200 with ``deletionTimestamp``; later reads -> 404 ``Status``.
+- a scenario with ``by_command`` (a sharded suite's pods) gives each pod the scenario of the first
+  rule whose ``contains`` is in its command (``--collect-only``, a shard's test id), a rule with
+  ``times`` only to that many pods (a shard's first pod evicted, its re-run served).
 - ``GET .../pods?labelSelector=key=value`` -> the live pods with that label.
 
 Every request is kept (``requests``), JSON bodies parsed, so tests assert on what the client sent.
@@ -55,6 +58,7 @@ class Seen:
 @dataclass
 class _Pod:
     body: dict[str, Any]
+    scenario: dict[str, Any]
     reads: int = 0
     deleted: threading.Event = field(default_factory=threading.Event)
 
@@ -76,6 +80,7 @@ class FakeKubernetesApi:
         self.pods: dict[tuple[str, str], _Pod] = {}
         self.on_follow: Callable[[], None] | None = None
         self.on_create: Callable[[], None] | None = None  # after the pod is stored, before the answer
+        self._served: dict[int, int] = {}  # pods given each `by_command` rule so far
         self._lock = threading.Lock()
         self._server = FakeHttpServer(self._respond, "fake-k8s-api")
 
@@ -88,6 +93,19 @@ class FakeKubernetesApi:
 
     def use(self, scenario: str) -> None:
         self.scenario = self.scenarios[scenario]
+        self._served = {}
+
+    def _scenario_of(self, body: dict[str, Any]) -> dict[str, Any]:
+        rules = self.scenario.get("by_command")
+        if not rules:
+            return self.scenario
+        command = json.dumps(body["spec"]["containers"][0].get("command", []))
+        for index, rule in enumerate(rules):
+            if rule["contains"] in command and self._served.get(index, 0) < rule.get("times", 1 << 30):
+                self._served[index] = self._served.get(index, 0) + 1
+                scenario: dict[str, Any] = self.scenarios[rule["scenario"]]
+                return scenario
+        raise AssertionError(f"no rule of the scenario serves a pod whose command is {command}")
 
     def kubeconfig(self, path: Path, token: str) -> Path:
         """A kubeconfig for this server whose user presents `token` (as a cluster's would)."""
@@ -180,8 +198,9 @@ class FakeKubernetesApi:
         name = body["metadata"]["name"]
         if (namespace, name) in self.pods:
             return _status(409, "AlreadyExists", f'pods "{name}" already exists', name)
-        pod = _Pod(body)
-        self.pods[(namespace, name)] = pod
+        with self._lock:  # shards' pods are created at once
+            pod = _Pod(body, self._scenario_of(body))
+            self.pods[(namespace, name)] = pod
         if self.on_create is not None:
             self.on_create()
         created = self._shape(pod, self.statuses["created"])
@@ -189,7 +208,7 @@ class FakeKubernetesApi:
         return _json(201, created)
 
     def _read(self, pod: _Pod) -> dict[str, Any]:
-        reads = self.scenario["reads"]
+        reads = pod.scenario["reads"]
         state = reads[min(pod.reads, len(reads) - 1)]
         pod.reads += 1
         return self._shape(pod, self.statuses[state])
@@ -205,13 +224,13 @@ class FakeKubernetesApi:
         scheduled = any(
             c["type"] == "PodScheduled" and c["status"] == "True" for c in status.get("conditions", [])
         )
-        if scheduled and self.scenario.get("node"):
-            shaped["spec"]["nodeName"] = self.scenario["node"]
+        if scheduled and pod.scenario.get("node"):
+            shaped["spec"]["nodeName"] = pod.scenario["node"]
         shaped["status"] = json.loads(text)
         return shaped
 
     def _log(self, pod: _Pod, query: dict[str, list[str]]) -> Response:
-        recorded = self.scenario.get("log")
+        recorded = pod.scenario.get("log")
         lines = (DATA / "logs" / recorded).read_text().splitlines() if recorded else []
         if not _flag(query, "timestamps"):
             lines = [line.partition(" ")[2] for line in lines]
@@ -224,7 +243,7 @@ class FakeKubernetesApi:
 
     def _follow(self, pod: _Pod, text: bytes) -> Iterator[bytes]:
         yield text
-        if self.scenario.get("log_follows_until_deleted"):
+        if pod.scenario.get("log_follows_until_deleted"):
             if self.on_follow is not None:
                 self.on_follow()
             pod.deleted.wait(timeout=30)

@@ -1,8 +1,10 @@
 """How the pod logs under logs/ were recorded: the real entry script, run as a pod runs it (the Pipes
 variables of a real session, `--report-files`, stdout and stderr in one stream), over a small AIU
 suite (two tests pass, one is skipped), its lines stamped as the API's `timestamps=true`
-gives them. Run it again (as root, it writes /opt/nightly/work) only when the entry script's messages
-change: `python nightly_assets_tests/data/k8s_api/record_logs.py`.
+gives them; and the same suite in 2 shards (logs/shards/): its collection in the image, then each
+shard's pod as the planner splits the 3 collected tests with no history. Run it again (as root, it
+writes /opt/nightly/work) only when the entry script's messages or the planner change:
+`python nightly_assets_tests/data/k8s_api/record_logs.py`.
 """
 
 import datetime as dt
@@ -40,7 +42,7 @@ def test_allreduce():
 START = dt.datetime(2026, 11, 4, 4, 21, 7, 120000, tzinfo=dt.UTC)
 
 
-def record() -> str:
+def record(pytest_args: list[str], collect_only: bool = False) -> str:
     workdir = Path(WORKDIR)
     shutil.rmtree(workdir, ignore_errors=True)
     (workdir / "tests").mkdir(parents=True)
@@ -57,7 +59,8 @@ def record() -> str:
             message_reader=PipesK8sPodLogsMessageReader(),
         ) as session:
             command = [sys.executable, suite_entry.__file__, "--rootdir", WORKDIR, "--out", str(out)]
-            command += ["--timeout", "3600.0", "--report-files", "--", "-m", "spyre_device", "tests"]
+            command += ["--timeout", "3600.0", "--report-files"]
+            command += [*(["--collect-only"] if collect_only else []), "--", *pytest_args]
             done = subprocess.run(
                 command,
                 env={"PATH": "/usr/bin:/bin", **session.get_bootstrap_env_vars()},
@@ -82,8 +85,38 @@ def record() -> str:
     return "\n".join(stamped) + "\n"
 
 
+SHARDS = 2
+
+
+def collected_tests(log: str) -> list[str]:
+    """The node ids the collect-only pod printed (its output.log, sent back as a Pipes file)."""
+    import base64
+    import gzip
+    import json
+
+    for line in log.splitlines():
+        message = json.loads(line.partition(" ")[2])
+        payload = message.get("params", {}).get("payload") or {}
+        if payload.get("nightly_file") == "output.log":
+            output = gzip.decompress(base64.b64decode(payload["gzip_base64"])).decode()
+            return [t for t in output.splitlines() if "::" in t and not t.startswith(" ")]
+    raise SystemExit("the collect-only pod sent back no output.log")
+
+
 if __name__ == "__main__":
-    log = record()
-    (HERE / "logs").mkdir(exist_ok=True)
+    from nightly_assets.catalog.models import Suite
+    from nightly_assets.shards.suite import plan_suite
+
+    (HERE / "logs" / "shards").mkdir(parents=True, exist_ok=True)
+    log = record(["-m", "spyre_device", "tests"])
     (HERE / "logs" / "succeeded.log").write_text(log)
     print(f"{len(log.splitlines())} lines recorded")
+    collection = record(["-m", "spyre_device", "tests"], collect_only=True)
+    (HERE / "logs" / "shards" / "collect.log").write_text(collection)
+    collected = collected_tests(collection)
+    suite = Suite(markers="spyre_device", shards=SHARDS, timeout_minutes=60, runner="spyre-aiu", min_gpus=1)
+    plan = plan_suite(suite, collected, {})
+    for shard in plan.shards:
+        shard_log = record([*shard.units, "-m", "spyre_device"])
+        (HERE / "logs" / "shards" / f"shard-{shard.index}.log").write_text(shard_log)
+        print(f"shard {shard.index}: {', '.join(shard.units)}")
