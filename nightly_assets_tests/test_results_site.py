@@ -6,6 +6,7 @@ back as a person and a HUD would."""
 from __future__ import annotations
 
 import datetime as dt
+import sys
 import json
 import secrets
 from collections.abc import Iterator
@@ -195,6 +196,25 @@ def test_the_trend_chart_marks_the_step_and_the_new_card_and_titles_every_point(
     assert f"{STEP_NIGHT}: worse, 1 → 1.5 s (last good {STEP_NIGHT - dt.timedelta(days=1)})" in html
     assert "1 confirmed change, 1 configuration change" in html
     assert "<script" not in html
+
+
+def test_without_matplotlib_the_performance_page_shows_the_values_and_says_why_no_chart(
+    demo: Pipeline, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As on the H200 host, whose trimmed install left matplotlib out: the site is still built,
+    each benchmark's values as an open table, and the page says why there is no chart."""
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` raises ImportError
+    store = Warehouse(f"sqlite:///{tmp_path}/warehouse.sqlite")
+    try:
+        _fill(store, demo)
+        build_site(demo, store, tmp_path / "artefacts", folder_url, now=dt.datetime(2026, 10, 31, 6))
+    finally:
+        store.dispose()
+    html = (tmp_path / "artefacts" / "demo" / "site" / "perf.html").read_text()
+    assert "<svg" not in html
+    assert "No chart: matplotlib is not installed beside nightly_assets" in html
+    assert "<details open><summary>The values as a table</summary>" in html
+    assert html.count("<tr><td><a href=") == NIGHTS  # every night's value
 
 
 def test_costs_add_up_by_month_against_the_per_run_budget(site: Path) -> None:

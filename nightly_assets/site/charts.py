@@ -33,6 +33,16 @@ class Marker:
     label: str
 
 
+def why_no_charts() -> str | None:
+    """Why this install cannot draw charts (matplotlib left out, as a GPU host's trimmed install
+    leaves it: the pages then show the values as tables), or None."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError as exc:
+        return f"matplotlib is not installed beside nightly_assets ({exc})"
+    return None
+
+
 def trend_svg(title: str, unit: str, points: Sequence[ChartPoint], markers: Sequence[Marker]) -> str:
     """One benchmark's values night by night, changes and configuration boundaries marked."""
     import matplotlib

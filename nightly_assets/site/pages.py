@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nightly_assets.results import NightKey
-from nightly_assets.site.charts import ChartPoint, Marker, trend_svg
+from nightly_assets.site.charts import ChartPoint, Marker, trend_svg, why_no_charts
 from nightly_assets.site.data import HEALTH_NIGHTS, BenchmarkSeries, SiteData
 from nightly_assets.warehouse.history import TestRun
 from nightly_assets.words import plural
@@ -253,6 +253,7 @@ class SiteRenderer:
         name = series.benchmark
         pipeline = self.data.pipeline.name
         points, table, markers = [], [], []
+        no_chart = why_no_charts()
         previous_config: str | None = None
         for p in series.points:
             pins = ", ".join(f"{repo}@{sha[:10]}" for repo, sha in sorted(p.pins.items()))
@@ -292,7 +293,8 @@ class SiteRenderer:
             "target": name.target,
             "unit": name.unit,
             "lower_is_better": name.lower_is_better,
-            "svg": trend_svg(title, name.unit, points, markers),
+            "svg": trend_svg(title, name.unit, points, markers) if no_chart is None else "",
+            "no_chart": no_chart,
             "caption": caption,
             "changes": changes,
             "table": table,
