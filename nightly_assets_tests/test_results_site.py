@@ -6,9 +6,9 @@ back as a person and a HUD would."""
 from __future__ import annotations
 
 import datetime as dt
-import sys
 import json
 import secrets
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
