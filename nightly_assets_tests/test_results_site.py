@@ -49,7 +49,11 @@ def demo() -> Pipeline:
 
 @pytest.fixture(scope="module")
 def site(demo: Pipeline, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("site")
+    return _built_site(demo, tmp_path_factory.mktemp("site"))
+
+
+def _built_site(demo: Pipeline, root: Path) -> Path:
+    """The demo's site built under `root` from a month of synthetic nights; its folder."""
     store = Warehouse(f"sqlite:///{root}/warehouse.sqlite")
     try:
         _fill(store, demo)
@@ -204,13 +208,7 @@ def test_without_matplotlib_the_performance_page_shows_the_values_and_says_why_n
     """As on the H200 host, whose trimmed install left matplotlib out: the site is still built,
     each benchmark's values as an open table, and the page says why there is no chart."""
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` raises ImportError
-    store = Warehouse(f"sqlite:///{tmp_path}/warehouse.sqlite")
-    try:
-        _fill(store, demo)
-        build_site(demo, store, tmp_path / "artefacts", folder_url, now=dt.datetime(2026, 10, 31, 6))
-    finally:
-        store.dispose()
-    html = (tmp_path / "artefacts" / "demo" / "site" / "perf.html").read_text()
+    html = (_built_site(demo, tmp_path) / "perf.html").read_text()
     assert "<svg" not in html
     assert "No chart: matplotlib is not installed beside nightly_assets" in html
     assert "<details open><summary>The values as a table</summary>" in html
