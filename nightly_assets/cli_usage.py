@@ -7,8 +7,10 @@ import datetime as dt
 import re
 from typing import TYPE_CHECKING, overload
 
+from nightly_assets.catalog.cadence import split_cell
+from nightly_assets.catalog.models import Catalog, Pipeline
+
 if TYPE_CHECKING:
-    from nightly_assets.catalog.models import Catalog, Pipeline
     from nightly_assets.catalog.outline import CatalogOutline, PipelineOutline
 
 INTERRUPTED = 130  # 128 + SIGINT, for Ctrl-C and SIGTERM alike
@@ -50,20 +52,29 @@ def any_night(pipeline: Pipeline | PipelineOutline, text: str) -> dt.date:
 
 
 def night_to_run(pipeline: Pipeline, text: str) -> dt.date:
-    """A --night to run: one of the pipeline's nights that has ended."""
+    """A --night to run: one of the pipeline's nights that has ended (a pipeline of run slots: a
+    day whose first slot has begun)."""
     night = any_night(pipeline, text)
-    today = dt.datetime.now(dt.UTC).date()
-    if not pipeline.start_date <= night < today:
+    now = dt.datetime.now(dt.UTC)
+    last = now.date() if pipeline.slotted else now.date() - dt.timedelta(days=1)
+    if not pipeline.start_date <= night <= last:
+        when = "its slot's hour has come" if pipeline.slotted else "it has ended"
         raise UsageError(
             f"--night {text}: pipeline '{pipeline.name}' has nights from {pipeline.start_date} "
-            f"to {today - dt.timedelta(days=1)} (a night can run once it has ended, UTC)"
+            f"to {last} (a night can run once {when}, UTC)"
         )
     return night
 
 
 def targets_to_run(pipeline: Pipeline, target: str | None) -> list[str]:
-    """The --target given (one of the pipeline's), or every target of the pipeline."""
-    targets = [t.name for t in pipeline.targets]
-    if target is not None and target not in targets:
-        raise UsageError(f"--target {target!r}: pipeline '{pipeline.name}' has targets {', '.join(targets)}")
-    return [target] if target else targets
+    """The --target given (one of the pipeline's; of a pipeline of run slots, a target's cell
+    `cpu@06`, or a target for its every slot), or every target (every cell) of the pipeline."""
+    cells = pipeline.cells()
+    if target is None:
+        return cells
+    if target in cells:
+        return [target]
+    of_target = [cell for cell in cells if split_cell(cell)[0] == target]
+    if not of_target:
+        raise UsageError(f"--target {target!r}: pipeline '{pipeline.name}' has targets {', '.join(cells)}")
+    return of_target

@@ -12,6 +12,8 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from nightly_assets.catalog.cadence import split_cell
+
 if TYPE_CHECKING:  # `nightly --help` builds this parser: what answers a question is imported by `run`
     from nightly_assets.catalog.models import Pipeline
     from nightly_assets.catalog.outline import PipelineOutline
@@ -90,7 +92,7 @@ def target_of(pipeline: Pipeline | PipelineOutline, name: str | None) -> str:
     names = [t.name for t in pipeline.targets]
     if name is None and len(names) == 1:
         return names[0]
-    if name not in names:
+    if name is None or split_cell(name)[0] not in names:  # a slot's cell (`cpu@06`) names its target
         expected = "one of" if name else "--target, one of"
         raise TargetError(
             f"pipeline '{pipeline.name}': {name or 'no target'}: expected {expected} {', '.join(names)}"

@@ -1,4 +1,6 @@
-"""Night x target partitions: a run of one pipeline for one night on one cell of its matrix."""
+"""Night x target partitions: a run of one pipeline for one night on one cell of its matrix (a
+pipeline that runs every few hours: one slot of one day, the target dimension's `<target>@<HH>`
+cells, catalog/cadence.py)."""
 
 from __future__ import annotations
 
@@ -6,6 +8,7 @@ import datetime as dt
 
 import dagster as dg
 
+from nightly_assets.catalog.cadence import slot_start
 from nightly_assets.catalog.models import Pipeline
 from nightly_assets.results import NightKey
 
@@ -17,9 +20,12 @@ def pipeline_partitions(pipeline: Pipeline) -> dg.MultiPartitionsDefinition:
     return dg.MultiPartitionsDefinition(
         {
             NIGHT: dg.DailyPartitionsDefinition(
-                start_date=pipeline.start_date.isoformat(), timezone="UTC", end_offset=0
+                # A night is a partition once it has ended; a day of slots once its first slot is due.
+                start_date=pipeline.start_date.isoformat(),
+                timezone="UTC",
+                end_offset=1 if pipeline.slotted else 0,
             ),
-            TARGET: dg.StaticPartitionsDefinition([t.name for t in pipeline.targets]),
+            TARGET: dg.StaticPartitionsDefinition(pipeline.cells()),
         }
     )
 
@@ -43,6 +49,17 @@ def night_of_tick(tick: dt.datetime) -> dt.date:
     return tick.astimezone(dt.UTC).date() - dt.timedelta(days=1)
 
 
-def night_end(night: dt.date) -> dt.datetime:
-    """The instant a night's sources are pinned at: midnight UTC after the night."""
-    return dt.datetime.combine(night + dt.timedelta(days=1), dt.time(), tzinfo=dt.UTC)
+def runs_of_tick(pipeline: Pipeline, tick: dt.datetime) -> tuple[dt.date, list[str]]:
+    """The partition a schedule tick runs: the night that ended before it and every target, or (a
+    pipeline of run slots) the tick's day and each target's cell at the tick's hour."""
+    if not pipeline.slotted:
+        return night_of_tick(tick), pipeline.cells()
+    at = tick.astimezone(dt.UTC)
+    return at.date(), pipeline.cells(at.hour)
+
+
+def night_end(key: NightKey) -> dt.datetime:
+    """The instant a run's sources are pinned at: midnight UTC after the night, or its slot's hour."""
+    return slot_start(key.night, key.target) or dt.datetime.combine(
+        key.night + dt.timedelta(days=1), dt.time(), tzinfo=dt.UTC
+    )

@@ -10,7 +10,7 @@ import dagster as dg
 from nightly_assets.catalog.models import Catalog, Pipeline
 from nightly_assets.culprits.sensors import build_culprit_sensor, culprit_job_name
 from nightly_assets.github.sensors import build_pr_label_sensor
-from nightly_assets.partitions import night_of_tick, partition_key, pipeline_partitions
+from nightly_assets.partitions import partition_key, pipeline_partitions, runs_of_tick
 from nightly_assets.reporting.alerts import PIPELINE_TAG
 from nightly_assets.reporting.follow_up import summary_run_stages
 from nightly_assets.reporting.sensors import summary_job_name
@@ -110,13 +110,17 @@ def _night_schedule(
         job=job,
         execution_timezone="UTC",
         default_status=dg.DefaultScheduleStatus.RUNNING if running else dg.DefaultScheduleStatus.STOPPED,
-        description=f"Runs the night that just ended, one run per target ({pipeline.cron} UTC).",
+        description=(
+            f"Runs the slot that just began, one run per target ({pipeline.cron} UTC)."
+            if pipeline.slotted
+            else f"Runs the night that just ended, one run per target ({pipeline.cron} UTC)."
+        ),
     )
     def _schedule(context: dg.ScheduleEvaluationContext) -> list[dg.RunRequest]:
-        night = night_of_tick(context.scheduled_execution_time)
+        night, cells = runs_of_tick(pipeline, context.scheduled_execution_time)
         return [
-            dg.RunRequest(run_key=f"{night.isoformat()}|{t.name}", partition_key=partition_key(night, t.name))
-            for t in pipeline.targets
+            dg.RunRequest(run_key=f"{night.isoformat()}|{cell}", partition_key=partition_key(night, cell))
+            for cell in cells
         ]
 
     return _schedule

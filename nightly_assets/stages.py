@@ -13,6 +13,7 @@ from typing import Any, Literal, TypeVar
 import dagster as dg
 
 from nightly_assets.artefacts.resources import ArtefactStoreResource
+from nightly_assets.catalog.cadence import split_cell
 from nightly_assets.catalog.fields import Arch
 from nightly_assets.catalog.kinds import ORCHESTRATOR, StageParams, kind_rules
 from nightly_assets.catalog.models import Catalog, Pipeline, Stage, Target
@@ -285,7 +286,7 @@ def recorded_stage(
     to it, and this attempt's goes under `.runs/` with its logs: a re-run adds to the night's
     record, it never erases the earlier evidence."""
     key = night_key(spec.pipeline.name, context.partition_key)
-    target = spec.targets[key.target]
+    target = spec.targets[split_cell(key.target)[0]]  # a slot's cell (`cpu@06`) runs its target
     runner_name, runner = spec.runner(target)
     store = warehouse.store()
     # Another run of this night ends before this one touches it.

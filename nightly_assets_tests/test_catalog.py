@@ -57,10 +57,15 @@ def test_builtin_catalog_has_the_seed_values():
             "stages[3:tests_unit].suite.timeout_minutes: Input should be greater than 0 (got -5)",
         ),
         ("dynamo", lambda d: d.update(cron="every night"), "cron: String should match pattern"),
-        (  # the summary's deadline is the cron moved later: one fixed time a day
+        (  # the summary's deadline is the cron moved later: each run at a fixed minute and hour
             "dynamo",
             lambda d: d.update(cron="*/30 8 * * *"),
-            "cron: expected a fixed minute and hour (one night run a day), got '*/30 8 * * *'",
+            "cron '*/30 8 * * *': expected a fixed minute (0-59), got '*/30'",
+        ),
+        (  # several runs a day are slots of every day (catalog/cadence.py)
+            "dynamo",
+            lambda d: d.update(cron="0 */6 * * 1-5"),
+            "cron '0 */6 * * 1-5': a pipeline that runs several times a day runs every day",
         ),
         (
             "dynamo",

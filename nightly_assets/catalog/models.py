@@ -21,6 +21,7 @@ from pydantic import (
 )
 
 from nightly_assets.catalog.bazel import BazelBootstrap, BazelBuild, BazelTests
+from nightly_assets.catalog.cadence import CadenceError, cell_name, cron_hours, split_cell
 from nightly_assets.catalog.errors import error_parts, params_error
 from nightly_assets.catalog.fields import Arch, Cron, RunnerRef, StrictModel, TargetName
 from nightly_assets.catalog.kinds import (
@@ -240,21 +241,57 @@ class Pipeline(StrictModel):
         self.summary_deadline_cron()  # a cron the summary's freshness policy can take
         return self
 
-    def summary_deadline_cron(self) -> str:
-        """When a night's summary is due: the schedule's cron, `thresholds.summary_deadline_hours`
-        later (a night runs once a day, at a fixed minute and hour)."""
-        minute, hour, *days = self.cron.split()
-        if not (minute.isdigit() and hour.isdigit()):
+    @property
+    def slot_hours(self) -> tuple[int, ...]:
+        """The UTC hours its runs start at: one for a nightly pipeline, several for run slots."""
+        try:
+            return cron_hours(self.cron)
+        except CadenceError as exc:
+            raise ValueError(str(exc)) from None
+
+    @property
+    def slotted(self) -> bool:
+        """It runs several times a day: its partitions are slots (`<target>@<HH>` cells)."""
+        return len(self.slot_hours) > 1
+
+    def cells(self, hour: int | None = None) -> list[str]:
+        """The partition dimension's target values: each target, or each target at each slot hour
+        (only `hour`'s where given)."""
+        if not self.slotted:
+            return [t.name for t in self.targets]
+        hours = self.slot_hours if hour is None else (hour,)
+        return [cell_name(t.name, h) for h in hours for t in self.targets]
+
+    @property
+    def summary_deadline_hours(self) -> int:
+        """How long after its tick a run's summary is due: `thresholds.summary_deadline_hours`, of a
+        pipeline of run slots at most the shortest gap between slots (its default): a slot is due
+        before the next one starts, and Dagster's freshness policy takes no longer window."""
+        declared = self.thresholds.summary_deadline_hours
+        if not self.slotted:
+            return declared
+        hours = self.slot_hours
+        gap = min(b - a for a, b in zip(hours, [*hours[1:], hours[0] + 24], strict=True))
+        if "summary_deadline_hours" not in self.thresholds.model_fields_set:
+            return min(declared, gap)
+        if declared > gap:
             raise ValueError(
-                f"cron: expected a fixed minute and hour (one night run a day), got {self.cron!r}"
+                f"thresholds.summary_deadline_hours: {declared} h is past the next run slot of cron "
+                f"{self.cron!r} ({gap} h apart); expected at most {gap}"
             )
-        later = int(hour) + self.thresholds.summary_deadline_hours
-        if later >= 24 and days != ["*", "*", "*"]:
+        return declared
+
+    def summary_deadline_cron(self) -> str:
+        """When a run's summary is due: the schedule's cron, `summary_deadline_hours` later (each
+        run at a fixed minute and hour)."""
+        minute, _, *days = self.cron.split()
+        later = [h + self.summary_deadline_hours for h in self.slot_hours]
+        if any(h >= 24 for h in later) and days != ["*", "*", "*"]:
             raise ValueError(
                 "thresholds.summary_deadline_hours: a summary due past midnight needs a cron that runs "
                 f"every day, got {self.cron!r}"
             )
-        return " ".join([minute, str(later % 24), *days])
+        return " ".join([minute, ",".join(str(h % 24) for h in sorted({h % 24 for h in later})), *days])
 
     def pr_stage(self) -> Stage:
         """The test_suite stage the PR tier runs (github.pr_stage, else the first test suite)."""
@@ -288,7 +325,9 @@ class Pipeline(StrictModel):
         return seen
 
     def target(self, name: str) -> Target:
-        return next(t for t in self.targets if t.name == name)
+        """The target of `name`, a target's name or a slot's cell (`cpu@06`)."""
+        base, _ = split_cell(name)
+        return next(t for t in self.targets if t.name == base)
 
     def stages_of(self, kind: str) -> list[Stage]:
         return [s for s in self.stages if s.kind == kind]

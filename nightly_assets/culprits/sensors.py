@@ -40,9 +40,9 @@ def build_culprit_sensor(pipeline: Pipeline, job: UnresolvedAssetJobDefinition) 
         store = warehouse.store()
         today = get_current_datetime().astimezone(dt.UTC).date()  # Dagster's clock: tests freeze it
         requests = []
-        for target in pipeline.targets:
+        for cell in pipeline.cells():
             for back in range(1, LOOKBACK_NIGHTS + 1):
-                key = NightKey(pipeline.name, today - dt.timedelta(days=back), target.name)
+                key = NightKey(pipeline.name, today - dt.timedelta(days=back), cell)
                 if due(store, key):
                     partition = str(partition_key(key.night, key.target))
                     requests.append(dg.RunRequest(run_key=f"culprits-{partition}", partition_key=partition))

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import dagster as dg
 
+from nightly_assets.catalog.cadence import SLOT_MARK
 from nightly_assets.catalog.models import Catalog
 from nightly_assets.partitions import partition_key
 from nightly_assets.reporting.night_runs import NightInRun, RunRecord
@@ -168,10 +169,11 @@ def alert_keys(catalog: Catalog, alert: Alert) -> list[NightKey]:
     """The night x target keys an alert is about: its partition's; every target of its night for
     a whole night (a missing night); none for a run of no night."""
     pipeline = catalog.pipelines[alert.pipeline]
-    targets = [t.name for t in pipeline.targets]
     night, _, target = alert.partition.partition("|")
+    night, slot, hour = night.partition(SLOT_MARK)  # a missing slot: "<night>@<HH>", every target's cell
     try:
         day = dt.date.fromisoformat(night)
+        targets = pipeline.cells(int(hour) if slot else None)
     except ValueError:
         return []
     if not target:

@@ -29,8 +29,9 @@ import dagster as dg
 from dagster._time import get_current_datetime
 from dagster._utils.schedules import cron_string_iterator
 
+from nightly_assets.catalog.cadence import SLOT_MARK
 from nightly_assets.catalog.models import Catalog, Pipeline
-from nightly_assets.partitions import night_key, night_of_tick, partition_key
+from nightly_assets.partitions import night_key, partition_key, runs_of_tick
 from nightly_assets.reporting.alerts import PIPELINE_TAG, brief
 from nightly_assets.reporting.follow_up import summary_stage
 from nightly_assets.reporting.resources import Alert, NotifierResource
@@ -49,12 +50,27 @@ MAX_PARALLEL_SENDS = 8
 
 @dataclass(frozen=True)
 class DueNight:
-    """A night whose summaries were due: the schedule tick that runs it, and its deadline (UTC)."""
+    """A night (or a run slot) whose summaries were due: the schedule tick that runs it, its
+    deadline (UTC), and the partition's target values it runs (a slot: each target's cell)."""
 
     pipeline: Pipeline
     night: dt.date
     tick: dt.datetime
     deadline: dt.datetime
+    cells: tuple[str, ...]
+
+    @property
+    def name(self) -> str:
+        """How alerts name it: "night 2026-11-27", or "slot 2026-11-28 06:00"."""
+        if not self.pipeline.slotted:
+            return f"night {self.night.isoformat()}"
+        return f"slot {self.night.isoformat()} {self.tick:%H}:00"
+
+    @property
+    def partition(self) -> str:
+        """The alert's partition: the night, or `<night>@<HH>` (a slot: every target's cell at HH)."""
+        night = self.night.isoformat()
+        return f"{night}{SLOT_MARK}{self.tick:%H}" if self.pipeline.slotted else night
 
 
 @dataclass(frozen=True)
@@ -203,15 +219,15 @@ def _since(last_judged: str | None, now: dt.datetime) -> dt.datetime:
 
 def due_nights(pipeline: Pipeline, after: dt.datetime, until: dt.datetime) -> list[DueNight]:
     """The pipeline's nights whose summary deadline falls in (after, until], oldest first."""
-    window = dt.timedelta(hours=pipeline.thresholds.summary_deadline_hours)
+    window = dt.timedelta(hours=pipeline.summary_deadline_hours)
     due: list[DueNight] = []
     for tick in cron_string_iterator((after - window).timestamp(), pipeline.cron, "UTC"):
         deadline = tick + window
         if deadline > until:
             break
-        night = night_of_tick(tick)
+        night, cells = runs_of_tick(pipeline, tick)
         if deadline > after and night >= pipeline.start_date:
-            due.append(DueNight(pipeline, night, tick, deadline))
+            due.append(DueNight(pipeline, night, tick, deadline, tuple(cells)))
     return due
 
 
@@ -223,17 +239,16 @@ def missing_night_alert(
     state: InstigatorState | None,
 ) -> Alert | None:
     """The alert for a night some target of which has no summary; None when every target has one."""
-    targets = [t.name for t in due.pipeline.targets if not _summarized(instance, summary, due.night, t.name)]
+    targets = [cell for cell in due.cells if not _summarized(instance, summary, due.night, cell)]
     if not targets:
         return None
     pipeline = due.pipeline
-    night = due.night.isoformat()
-    hours = pipeline.thresholds.summary_deadline_hours
+    hours = pipeline.summary_deadline_hours
     return Alert(
         pipeline.name,
-        night,
+        due.partition,
         "error",
-        f"{pipeline.name} night {night} is missing",
+        f"{pipeline.name} {due.name} is missing",
         "",
         pipeline.notify_channel,
         [

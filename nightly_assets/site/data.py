@@ -90,9 +90,7 @@ def read_site_data(pipeline: Pipeline, store: Warehouse, *, now: dt.datetime | N
         stage_rows=store.pipeline_stages(pipeline.name, since=since),
         verdicts=verdicts,
         verdict_nights=verdict_nights,
-        failed_tests=store.failed_tests(
-            pipeline.name, [t.name for t in pipeline.targets], nights[:HEALTH_NIGHTS]
-        ),
+        failed_tests=store.failed_tests(pipeline.name, pipeline.cells(), nights[:HEALTH_NIGHTS]),
         benchmarks=benchmarks,
         costs=store.pipeline_costs(pipeline.name),
         alerts=store.pipeline_alerts(pipeline.name),

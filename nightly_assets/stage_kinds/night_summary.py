@@ -177,9 +177,7 @@ def summary_freshness_policy(pipeline: Pipeline) -> dg.FreshnessPolicy:
     later. Dagster's freshness daemon judges the asset as a whole (its latest materialization of
     any night or target) and alerts only in Dagster+: the `missing_night_alerts` sensor judges each
     night x target by the same deadline and alerts."""
-    return _cron_freshness_policy(
-        pipeline.summary_deadline_cron(), pipeline.thresholds.summary_deadline_hours
-    )
+    return _cron_freshness_policy(pipeline.summary_deadline_cron(), pipeline.summary_deadline_hours)
 
 
 @functools.cache

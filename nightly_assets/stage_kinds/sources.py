@@ -30,7 +30,7 @@ def build_sources_asset(spec: StageSpec) -> dg.AssetsDefinition:
             repos: dict[str, dict[str, str]] = {}
             for repo in spec.pipeline.repositories:
                 ref = run.target.repo_refs.get(repo.name, repo.ref)
-                pin = git.pin(repo.name, repo.url, repo.branch, night_end(run.key.night), ref)
+                pin = git.pin(repo.name, repo.url, repo.branch, night_end(run.key), ref)
                 if recorded.get(repo.name) and recorded[repo.name] != pin.sha:
                     # What the night tested before wins over today's view of history (force-pushes).
                     context.log.warning(
@@ -58,6 +58,7 @@ def build_sources_asset(spec: StageSpec) -> dg.AssetsDefinition:
                 pins={name: r["sha"] for name, r in repos.items()},
             )
             run.manifest["repos"] = repos
+            run.manifest["pinned_at"] = night_end(run.key).isoformat()  # a slot's hour, or the night's end
             run.detail = ", ".join(f"{n}@{r['sha'][:10]}" for n, r in repos.items())
         return dg.MaterializeResult(
             metadata={
@@ -70,7 +71,7 @@ def build_sources_asset(spec: StageSpec) -> dg.AssetsDefinition:
                         for n, r in repos.items()
                     )
                 ),
-                "night_end": night_end(run.key.night).isoformat(),
+                "night_end": night_end(run.key).isoformat(),
             }
         )
 
