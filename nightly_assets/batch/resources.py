@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -171,7 +172,8 @@ class BatchSchedulerResource(dg.ConfigurableResource):
         script = Path(self.spool_dir) / "scripts" / "run-argv.sh"
         if not script.is_file() or script.read_text() != ARGV_SCRIPT:
             script.parent.mkdir(parents=True, exist_ok=True)
-            tmp = script.with_name(f".{script.name}.{os.getpid()}")
+            # Per thread too: shards' jobs are submitted at once from one process.
+            tmp = script.with_name(f".{script.name}.{os.getpid()}.{threading.get_ident()}")
             tmp.write_text(ARGV_SCRIPT)
             tmp.chmod(0o755)
             os.replace(tmp, script)
