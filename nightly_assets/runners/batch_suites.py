@@ -68,6 +68,7 @@ class BatchPytest:
     def write_task(self, folder: Path, task: int, args: Sequence[str], junit: Path) -> None:
         """Task `task`'s file in `folder`: pytest's arguments, run in the rootdir, JUnit to `junit`."""
         folder.mkdir(parents=True, exist_ok=True)
+        junit.unlink(missing_ok=True)  # an earlier attempt's report must never pass for this one's
         pytest_args = [
             *args,
             *("-q", "-p", "no:cacheprovider", "--rootdir", str(self.rootdir)),
