@@ -22,7 +22,7 @@ from nightly_assets.batch.resources import (
     require_output,
     require_success,
 )
-from nightly_assets.batch.schedulers import JobRequest, JobStatus, LiveJob, SchedulerError
+from nightly_assets.batch.schedulers import JobRequest, JobStatus, LiveJob, SchedulerError, check_submission
 from nightly_assets.batch.slurm import (
     SlurmScheduler,
     parse_live_jobs,
@@ -460,6 +460,33 @@ def test_sbatch_argv_keeps_hostile_values_as_single_arguments(tmp_path: Path) ->
     assert other.fingerprint != request.fingerprint
 
 
+def test_a_job_array_is_one_sbatch_with_its_tasks_throttle_and_files(
+    tmp_path: Path, batch: BatchSchedulerResource
+) -> None:
+    script = tmp_path / "run.sh"
+    script.write_text("#!/bin/sh\n")
+    request = JobRequest(script, "s", 1, dt.timedelta(minutes=5), "q", {}, array=(4, 1, 2), at_once=2)
+    argv = sbatch_argv(request, tmp_path, ["PATH"])
+    assert "--array=1,2,4%2" in argv and f"--output={tmp_path}/slurm-%A_%a.out" in argv
+    assert SlurmScheduler(tmp_path).output("12_4").stdout == tmp_path / "slurm-12_4.out"  # as %A_%a names it
+    plain = JobRequest(script, "s", 1, dt.timedelta(minutes=5), "q", {})
+    assert not any(a.startswith("--array") for a in sbatch_argv(plain, tmp_path, []))
+    assert request.fingerprint != plain.fingerprint
+    for bad, message in (
+        ((1, 1), "distinct task ids"),
+        ((-1,), "distinct task ids"),
+        ((), "only for a job array"),
+    ):
+        with pytest.raises(SchedulerError, match=message):
+            check_submission(
+                JobRequest(script, "s", 1, dt.timedelta(minutes=5), "q", {}, array=bad, at_once=1)
+            )
+    # The local scheduler runs plain jobs: an array is refused saying what to do instead.
+    with pytest.raises(SchedulerError, match=r"job arrays need a Slurm scheduler .* submit one job per task"):
+        batch.submit("s", ["true"], walltime=WALLTIME, array=(1, 2))
+    assert not batch.arrays()
+
+
 def test_slurm_outputs_are_parsed() -> None:
     assert parse_sbatch("4242\n") == "4242" and parse_sbatch("4243;theta\n") == "4243"
     with pytest.raises(SchedulerError, match=r"(?s)sbatch printed no job id.*Batch job submission failed"):
@@ -489,6 +516,15 @@ def test_slurm_outputs_are_parsed() -> None:
     # An array's parent prints a record per task: the one asked about is read.
     array = "JobId=7 ArrayJobId=7 JobState=FAILED ExitCode=1:0\nJobId=8 ArrayJobId=7 JobState=RUNNING\n"
     assert parse_scontrol("8", array).state == "running" and parse_scontrol("7", array).exit_code == 1
+    # An array task has a JobId of its own: `<array>_<task>` is found by ArrayJobId and ArrayTaskId.
+    tasks = (
+        "JobId=12 ArrayJobId=10 ArrayTaskId=3 JobState=COMPLETED ExitCode=0:0\n"
+        "JobId=11 ArrayJobId=10 ArrayTaskId=2 JobState=NODE_FAIL ExitCode=0:0\n"
+    )
+    assert (
+        parse_scontrol("10_2", tasks).reason == "node failure"
+        and parse_scontrol("10_3", tasks).state == "done"
+    )
     # Reason words with spaces come with underscores in scontrol's one-line form.
     pending = parse_scontrol("9", "JobId=9 JobState=PENDING Reason=ReqNodeNotAvail,_UnavailableNodes:n[1-4]")
     assert never_starts(pending) is None  # a drained node comes back: waited for
@@ -509,6 +545,11 @@ def test_slurm_outputs_are_parsed() -> None:
         assert (status.state, status.exit_code, status.reason) == (state, code, reason), line
     assert parse_sacct("123", "").state == "queued"
     assert parse_live_jobs("17|nightly:abc\n18|(null)\n") == [LiveJob("17", "abc"), LiveJob("18", "")]
+    # squeue lists an array's tasks one a line (%F: the array's own id on each): the array once.
+    assert parse_live_jobs("20|nightly:f\n20|nightly:f\n21|(null)\n") == [
+        LiveJob("20", "f"),
+        LiveJob("21", ""),
+    ]
     with pytest.raises(SchedulerError, match="not a Slurm job id"):
         SlurmScheduler(Path("/tmp/spool")).output("1; scancel -u root")
     with pytest.raises(SchedulerError, match="'%'"):

@@ -255,6 +255,25 @@ def test_bad_pipeline_entry_names_file_field_and_expectation(catalog_copy, pipel
     assert expected in str(error.value)
 
 
+def test_a_sharded_suite_on_a_batch_runner_is_accepted(catalog_copy):
+    """A batch runner runs a suite as Slurm jobs, a sharded one as a job array (runners/batch.py)."""
+    environment = {"name": "environment", "kind": "environment", "deps": ["wheels"], "description": "Venv."}
+    tests = {
+        "name": "tests",
+        "kind": "test_suite",
+        "deps": ["environment"],
+        "description": "The suite in four array tasks.",
+        "suite": {"paths": ["tests"], "timeout_minutes": 30, "runner": "theta-cobalt", "shards": 4},
+    }
+
+    def add_suite(document: dict) -> None:
+        document["stages"][2:2] = [environment, tests]  # after the wheels
+
+    edit(catalog_copy, "tf_theta", add_suite)
+    stage = load_catalog(catalog_copy).pipelines["tf_theta"].stage("tests")
+    assert stage.suite is not None and stage.suite.shards == 4 and stage.runner_names() == ["theta-cobalt"]
+
+
 def test_unknown_runner_names_the_stage_and_the_known_runners(catalog_copy):
     edit(
         catalog_copy,

@@ -117,8 +117,18 @@ def test_work_a_backend_cannot_do_is_refused_naming_stage_and_runner(catalog, tm
     )
     with pytest.raises(StageNotAvailable, match="a wheel build cannot run on 'spyre-aiu' \\(kubernetes\\)"):
         backend("kubernetes").build_wheels(work_on(suite, "spyre-aiu", tmp_path), WheelsParams())
-    with pytest.raises(StageNotAvailable, match="torch_spyre/tests_device: a test suite cannot run on"):
-        backend("batch").run_suite(work_on(suite, "theta-cobalt", tmp_path))
+    image = EnvironmentManifest(
+        mode="image", python="python3", rootdir="/w", local_tag="x:1", reference="x:1"
+    )
+    in_image = StageWork(
+        context=None, spec=suite, run=work_on(suite, "theta-cobalt", tmp_path).run, environment=image
+    )  # type: ignore[arg-type]
+    with pytest.raises(StageNotAvailable) as refused:
+        backend("batch").run_suite(in_image)
+    assert str(refused.value) == (
+        "torch_spyre/tests_device: a suite in an image cannot run on 'theta-cobalt' (batch); "
+        "a batch job runs the night's virtualenv: use an environment stage"
+    )
 
 
 def test_the_local_backend_runs_a_command_and_returns_its_output(catalog, tmp_path):

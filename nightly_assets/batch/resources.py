@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -29,8 +30,10 @@ from nightly_assets.settings import FromEnv, PositiveSeconds, Seconds, one_of
 
 ProgressLog = Callable[[str], None]
 # What submit does when a job of the same name is still queued or running (a run that died with
-# its orchestrator left it): "adopt" waits for it when it does the same work, "replace" cancels it.
-Earlier = Literal["adopt", "replace"]
+# its orchestrator left it): "adopt" waits for it when it does the same work, "replace" cancels it;
+# "beside" leaves it: the caller cancelled an earlier attempt's jobs itself, and this one runs beside
+# its own siblings of the same name (a job array's task run again alone).
+Earlier = Literal["adopt", "replace", "beside"]
 
 # The command travels in the job's environment (NIGHTLY_JOB_ARGC, NIGHTLY_JOB_ARG_<i>), never in
 # the script's text, so no catalog or PR value is ever parsed by a shell.
@@ -169,7 +172,8 @@ class BatchSchedulerResource(dg.ConfigurableResource):
         script = Path(self.spool_dir) / "scripts" / "run-argv.sh"
         if not script.is_file() or script.read_text() != ARGV_SCRIPT:
             script.parent.mkdir(parents=True, exist_ok=True)
-            tmp = script.with_name(f".{script.name}.{os.getpid()}")
+            # Per thread too: shards' jobs are submitted at once from one process.
+            tmp = script.with_name(f".{script.name}.{os.getpid()}.{threading.get_ident()}")
             tmp.write_text(ARGV_SCRIPT)
             tmp.chmod(0o755)
             os.replace(tmp, script)
@@ -187,10 +191,14 @@ class BatchSchedulerResource(dg.ConfigurableResource):
         queue: str | None = None,
         earlier: Earlier = "replace",
         log: ProgressLog | None = None,
+        array: Sequence[int] = (),
+        at_once: int | None = None,
     ) -> str:
         """Submit `argv` as a job; returns the job id without waiting. `name` is the same for every
         attempt at the same work: a job an earlier attempt left queued or running is adopted (when
-        `earlier` is "adopt" and it does the same work) or cancelled, never left beside a new one."""
+        `earlier` is "adopt" and it does the same work) or cancelled, never left beside a new one.
+        `array`: the task ids of a job array (`arrays()` schedulers only), `at_once` of them at most
+        running together; a task's id is `<job id>_<task>`."""
         clash = sorted(k for k in env or {} if k.startswith(_ARGV_PREFIX))
         if clash:
             raise BatchJobError(f"job {name}: environment names {clash} are reserved for the command")
@@ -206,10 +214,12 @@ class BatchSchedulerResource(dg.ConfigurableResource):
             queue=queue or self.queue,
             env={**(env or {}), **argv_env(argv)},
             account=self.account,
+            array=tuple(array),
+            at_once=at_once,
         )
         scheduler = self.scheduler()
         adopted: str | None = None
-        for live in scheduler.live_jobs(name):
+        for live in scheduler.live_jobs(name) if earlier != "beside" else ():
             if adopted is None and earlier == "adopt" and live.fingerprint == request.fingerprint:
                 adopted = live.job_id
                 if log:
@@ -229,6 +239,10 @@ class BatchSchedulerResource(dg.ConfigurableResource):
         except (SchedulerError, CommandError, OSError) as exc:
             if log:
                 log(f"batch jobs called {name}: could not look for an earlier attempt's: {exc}")
+
+    def arrays(self) -> bool:
+        """Whether the scheduler runs job arrays (Slurm); the local one runs plain jobs only."""
+        return self.scheduler().arrays
 
     def status(self, job_id: str) -> JobStatus:
         return self.scheduler().status(job_id)

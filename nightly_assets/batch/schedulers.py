@@ -57,11 +57,16 @@ class JobRequest:
     env: Mapping[str, str]
     tasks_per_node: int = 1
     account: str | None = None
+    # A job array's task ids (Slurm's --array; each task sees SLURM_ARRAY_TASK_ID); (): a plain job.
+    array: tuple[int, ...] = ()
+    at_once: int | None = None  # how many of the array's tasks may run at once; None: all
 
     @property
     def fingerprint(self) -> str:
         """What the job does, hashed: a live job with the same name and fingerprint is this one."""
         what = [self.name, self.nodes, self.tasks_per_node, self.walltime.total_seconds(), self.queue]
+        if self.array:  # a plain job's fingerprint stays what it was before arrays
+            what += [list(self.array), self.at_once]
         blob = json.dumps([*what, self.account, sorted(self.env.items())]).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
@@ -94,6 +99,8 @@ class JobOutput:
 
 
 class Scheduler(Protocol):
+    arrays: bool  # whether it runs job arrays (JobRequest.array); if not, one job per task
+
     def submit(self, request: JobRequest) -> str: ...
 
     def status(self, job_id: str) -> JobStatus: ...
@@ -119,6 +126,13 @@ def check_submission(request: JobRequest) -> None:
             raise SchedulerError(f"{field} must be a positive integer, got {count!r}")
     if request.walltime.total_seconds() <= 0:
         raise SchedulerError(f"walltime must be positive, got {request.walltime}")
+    if request.array and (
+        len(set(request.array)) != len(request.array)
+        or any(isinstance(t, bool) or not isinstance(t, int) or t < 0 for t in request.array)
+    ):
+        raise SchedulerError(f"array: expected distinct task ids of 0 or more, got {list(request.array)}")
+    if request.at_once is not None and (not request.array or request.at_once < 1):
+        raise SchedulerError(f"at_once {request.at_once!r}: expected 1 or more, and only for a job array")
     for key, value in request.env.items():
         if not _ENV_NAME.match(key):
             raise SchedulerError(f"environment variable name {key!r} is not a valid name")
@@ -133,6 +147,8 @@ class LocalBatchScheduler:
     walltime is: past it the whole process group is killed and the job fails "walltime exceeded".
     """
 
+    arrays = False
+
     def __init__(self, spool_dir: Path, kill_grace_s: float = 10.0) -> None:
         self.spool_dir = spool_dir
         self.kill_grace_s = kill_grace_s
@@ -141,6 +157,12 @@ class LocalBatchScheduler:
 
     def submit(self, request: JobRequest) -> str:
         check_submission(request)
+        if request.array:
+            # One process per job here; a caller that wants many tasks submits one job each.
+            raise SchedulerError(
+                f"job {request.name}: job arrays need a Slurm scheduler (kind slurm); the local "
+                "scheduler runs plain jobs only: submit one job per task"
+            )
         job_id = f"{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S}-{secrets.token_hex(4)}"
         job_dir = self.spool_dir / job_id
         job_dir.mkdir(parents=True)

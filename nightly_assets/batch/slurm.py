@@ -49,6 +49,8 @@ class SlurmScheduler:
     (SLURM_CONF; None: the site's default). `spool_dir` must be on a file system the compute nodes
     share: the job's stdout/stderr and its scratch HOME are there."""
 
+    arrays = True
+
     def __init__(self, spool_dir: Path, conf: str | None = None, command_timeout_s: float = 120) -> None:
         if "%" in str(spool_dir):
             raise SchedulerError(f"spool_dir {spool_dir}: '%' would be read as a Slurm filename pattern")
@@ -84,6 +86,7 @@ class SlurmScheduler:
         )
 
     def output(self, job_id: str) -> JobOutput:
+        """A plain job's files, or an array task's (`<array>_<task>`: sbatch_argv names them so)."""
         _check_slurm_id(job_id)
         return JobOutput(self.spool_dir / f"slurm-{job_id}.out", self.spool_dir / f"slurm-{job_id}.err")
 
@@ -92,8 +95,9 @@ class SlurmScheduler:
         self._run(["scancel", job_id])
 
     def live_jobs(self, name: str) -> list[LiveJob]:
-        """This user's queued or running jobs called `name`, oldest first."""
-        listed = self._run(["squeue", "--noheader", "--me", f"--name={name}", "--format=%i|%k", "--sort=i"])
+        """This user's queued or running jobs called `name`, oldest first; a job array once, by its
+        own id (cancelling it ends every task), however many of its tasks squeue lists."""
+        listed = self._run(["squeue", "--noheader", "--me", f"--name={name}", "--format=%F|%k", "--sort=i"])
         return parse_live_jobs(listed.output)
 
     def _run(
@@ -127,6 +131,7 @@ def slurm_time(walltime: dt.timedelta) -> str:
 
 
 def sbatch_argv(request: JobRequest, out_dir: Path, exported: list[str]) -> list[str]:
+    pattern = "slurm-%A_%a" if request.array else "slurm-%j"
     argv = [
         "sbatch",
         "--parsable",
@@ -136,14 +141,18 @@ def sbatch_argv(request: JobRequest, out_dir: Path, exported: list[str]) -> list
         f"--time={slurm_time(request.walltime)}",
         f"--partition={request.queue}",
         f"--chdir={out_dir}",
-        f"--output={out_dir / 'slurm-%j.out'}",
-        f"--error={out_dir / 'slurm-%j.err'}",
+        # An array task's files are named <array>_<task>, as its id is (--array: %A_%a).
+        f"--output={out_dir / (pattern + '.out')}",
+        f"--error={out_dir / (pattern + '.err')}",
         f"--comment={_COMMENT_PREFIX}{request.fingerprint}",
         # Names only: each value comes from sbatch's environment, never through a parser of ours.
         f"--export={','.join(exported)}",
     ]
     if request.account:
         argv.append(f"--account={request.account}")
+    if request.array:
+        throttle = f"%{request.at_once}" if request.at_once is not None else ""
+        argv.append(f"--array={','.join(str(t) for t in sorted(request.array))}{throttle}")
     return [*argv, str(request.script.resolve())]
 
 
@@ -171,7 +180,13 @@ def parse_scontrol(job_id: str, output: str) -> JobStatus:
     """`scontrol --oneliner show job`: one line of `Key=Value` words per record (an array's or a
     heterogeneous job's parent shows several); the record of `job_id` itself is read."""
     lines = output.splitlines()
-    record = next((line for line in lines if line.startswith(f"JobId={job_id} ")), lines[0] if lines else "")
+    array, _, task = job_id.partition("_")
+    # An array task's record carries its own JobId: it is found by ArrayJobId and ArrayTaskId.
+    mine = f"ArrayJobId={array} ArrayTaskId={task} " if task else ""
+    record = next(
+        (line for line in lines if line.startswith(f"JobId={job_id} ") or (mine and mine in line)),
+        lines[0] if lines else "",
+    )
     fields = dict(word.split("=", 1) for word in record.split() if "=" in word)
     state = fields.get("JobState", "")
     if not state:
@@ -193,11 +208,12 @@ def parse_sacct(job_id: str, output: str) -> JobStatus:
 
 
 def parse_live_jobs(output: str) -> list[LiveJob]:
-    """`squeue --format=%i|%k` lines: job id and comment (ours: `nightly:<fingerprint>`)."""
-    jobs = []
+    """`squeue --format=%F|%k` lines: job id (an array's own, on each of its tasks' lines) and
+    comment (ours: `nightly:<fingerprint>`)."""
+    jobs: list[LiveJob] = []
     for line in output.splitlines():
         job_id, _, comment = line.strip().partition("|")
-        if job_id.isdigit():
+        if job_id.isdigit() and job_id not in (j.job_id for j in jobs):
             fingerprint = comment.removeprefix(_COMMENT_PREFIX) if comment.startswith(_COMMENT_PREFIX) else ""
             jobs.append(LiveJob(job_id, fingerprint))
     return jobs

@@ -120,13 +120,7 @@ def _pytest_here(work: StageWork) -> tuple[TestReport, Path, ShardedRun | None]:
     host = test_runner.host_gpus()
     gpus = _gpus(work, host)
     args, collect_only = suite_selection(work, gpus)
-    python = Path(work.env.python)
-    checkout = work.spec.checkout(work.artefacts, run.key)
-    rootdir = without_installed_packages(checkout, work.env.packages, run.workdir / "tree")
-    if rootdir != checkout:
-        work.context.log.info(
-            f"{name}: the checkout's {work.env.packages} left out so tests import the wheel"
-        )
+    python, rootdir = venv_and_rootdir(work)
     log = run.workdir / "pytest.log"
     timeout_s = suite.timeout_minutes * 60
     passed = run.runner.passed_variables() if run.runner else ()
@@ -161,30 +155,55 @@ def _pytest_here(work: StageWork) -> tuple[TestReport, Path, ShardedRun | None]:
     return report, rootdir, None
 
 
+def venv_and_rootdir(work: StageWork) -> tuple[Path, Path]:
+    """The environment's Python and the folder its pytest runs in: the night's checkout, or a tree
+    of links to it without the packages the night's wheels install (so tests import the wheel)."""
+    run, name = work.run, work.spec.stage.name
+    checkout = work.spec.checkout(work.artefacts, run.key)
+    rootdir = without_installed_packages(checkout, work.env.packages, run.workdir / "tree")
+    if rootdir != checkout:
+        work.context.log.info(
+            f"{name}: the checkout's {work.env.packages} left out so tests import the wheel"
+        )
+    return Path(work.env.python), rootdir
+
+
+def collected_here(work: StageWork, python: Path, rootdir: Path, args: list[str]) -> list[str] | None:
+    """The suite's pytest node ids, collected on this host with the environment's Python; None
+    where collection failed, so that the suite runs unsharded and reports its collection errors
+    as such a run does."""
+    suite, run, name = work.spec.stage.suite, work.run, work.spec.stage.name
+    assert suite is not None
+    test_runner: LocalTestRunnerResource = work.resources.test_runner
+    collection = test_runner.collect_pytest(
+        python,
+        rootdir,
+        args,
+        suite.timeout_minutes * 60,
+        run.workdir / "collect.log",
+        env=docker.suite_env(work),
+        passed=run.runner.passed_variables() if run.runner else (),
+    )
+    if collection.returncode == PYTEST_INTERRUPTED:
+        work.context.log.warning(f"{name}: collection errors: run unsharded, so the report shows them")
+        return None
+    return [c.node_id for c in parse_collect_only(collection.output, name, run.runner_name).cases]
+
+
 def _shards_here(
     work: StageWork, host: HostGpus, python: Path, rootdir: Path, args: list[str]
 ) -> ShardedRun | None:
     """The suite's collected tests planned into shards and run as pytest processes on this host, all
     at once (a GPU suite: as many as the cards allow, each on its own); None where collection
-    failed, so that the suite runs unsharded and reports its collection errors as such a run does."""
+    failed (collected_here)."""
     suite, run, name = work.spec.stage.suite, work.run, work.spec.stage.name
     assert suite is not None
     test_runner: LocalTestRunnerResource = work.resources.test_runner
     timeout_s = suite.timeout_minutes * 60
     passed = run.runner.passed_variables() if run.runner else ()
-    collection = test_runner.collect_pytest(
-        python,
-        rootdir,
-        args,
-        timeout_s,
-        run.workdir / "collect.log",
-        env=docker.suite_env(work),
-        passed=passed,
-    )
-    if collection.returncode == PYTEST_INTERRUPTED:
-        work.context.log.warning(f"{name}: collection errors: run unsharded, so the report shows them")
+    collected = collected_here(work, python, rootdir, args)
+    if collected is None:
         return None
-    collected = [c.node_id for c in parse_collect_only(collection.output, name, run.runner_name).cases]
 
     def run_one(job: ShardJob) -> Path:
         junit = run.workdir / f"junit-{job.name}.xml"

@@ -116,10 +116,12 @@ def run_sharded(
     gpus: int | None,
     workdir: Path,
     log: Callable[[str], None],
+    on_plan: Callable[[ShardPlan], None] | None = None,
 ) -> ShardedRun:
     """Plan the collected tests from `history` (durations, nights they span), run every shard with
     `run_one`, all at once (a GPU suite: as many as the runner's `gpus` give each its `min_gpus`),
-    and merge their reports into the suite's one report."""
+    and merge their reports into the suite's one report. `on_plan` is shown the plan before any
+    shard runs (a backend that starts every shard in one go: a Slurm job array)."""
     durations, nights = history
     parallel = max(1, gpus // suite.min_gpus) if suite.min_gpus and gpus is not None else None  # None: all
     plan = plan_suite(suite, collected, durations)
@@ -135,6 +137,8 @@ def run_sharded(
             else ""
         )
     )
+    if on_plan is not None:
+        on_plan(plan)
     records = run_shards(plan, run_one, parallel=parallel, retries=suite.shard_retries, log=log)
     report, findings = merge_shard_reports(records, planned_tests(plan, collected), name, runner)
     if findings.duplicates:

@@ -168,5 +168,5 @@ KIND = StageKind(
     TestSuiteParams,
     build_test_suite_asset,
     frozenset({"pytest", "junit"}),
-    frozenset({"local", "docker", "rbe", "tpu_vm", "kubernetes"}),
+    frozenset({"local", "docker", "rbe", "tpu_vm", "kubernetes", "batch"}),
 )
