@@ -219,8 +219,8 @@ def test_builtin_catalog_has_the_seed_values():
         (  # shards run where a runner holds many at once: not (yet) on TPU VMs
             "tpu",
             lambda d: d["stages"][1]["suite"].update(shards=4),
-            "stage 'tests_tpu': suite.shards runs on runners of kind batch, docker, kubernetes, local, not on "
-            "'tpu-v6e' (tpu_vm); leave 'shards' and 'shard_minutes' out there",
+            "stage 'tests_tpu': suite.shards runs on runners of kind batch, docker, kubernetes, local, "
+            "not on 'tpu-v6e' (tpu_vm); leave 'shards' and 'shard_minutes' out there",
         ),
         (
             "demo",
