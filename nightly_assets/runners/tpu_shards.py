@@ -95,6 +95,8 @@ def shards_on_vms(
             )
 
         labels = {"pipeline": spec.pipeline.name, "target": run.target.name}
+        stop = threading.Event()
+        job.on_stop(stop.set)  # an interrupted night: the suite stops at the VM's next poll, the VM goes
         try:
             result = on_vm(
                 name=f"{name}/{job.name}",  # the VM's cost row: one per VM
@@ -103,6 +105,7 @@ def shards_on_vms(
                 shard=VmShard(job.shard.index, run.workdir / PLAN_FILE),
                 tarball=tarball,
                 on_cost=record,
+                stop=stop,
             )
         except TpuRunEnded as exc:
             vms.add(exc.outcome)

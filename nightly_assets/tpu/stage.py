@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import tarfile
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -148,11 +149,13 @@ def run_suite_on_vm(
     on_cost: Callable[[MachineCost], None],
     shard: VmShard | None = None,
     tarball: Path | None = None,
+    stop: threading.Event | None = None,
 ) -> TpuSuiteResult:
     """One suite (or one `shard` of it) on one fresh VM. `on_cost` gets the VM's lifetime and
     cost as soon as it is deleted, whatever happened (an interrupt included). Raises TpuRunEnded
     when the VM went early, TestRunError when pytest could not run. `tarball`: the checkout
-    already packed (shards share one); None: packed into `workdir`."""
+    already packed (shards share one); None: packed into `workdir`. `stop`: set from another thread,
+    it ends the suite early and deletes the VM (an interrupted night's shard)."""
     tpu_target = TpuTarget.from_params(target.params, target.name)
     tarball = tarball or pack_checkout(checkout, workdir / "source.tar.gz")
     tpu_suite = suite_for(suite, params, target, tarball, commit, shard)
@@ -164,7 +167,14 @@ def run_suite_on_vm(
     out_dir = workdir / "vm"
     try:
         outcome = tpu_vms.run_suite(
-            tpu_target, tpu_suite, run_id=run_id, night=night, out_dir=out_dir, labels=labels, log=log
+            tpu_target,
+            tpu_suite,
+            run_id=run_id,
+            night=night,
+            out_dir=out_dir,
+            labels=labels,
+            log=log,
+            stop=stop,
         )
     except BaseException as exc:
         interrupted = getattr(exc, "tpu_outcome", None)  # run_suite puts it on what it re-raises
