@@ -197,6 +197,24 @@ def test_the_pool_bound_keeps_one_vm_at_a_time(tpu_night, tpu_api: FakeTpuApi, n
     assert tpu_api.node_names() == []
 
 
+def test_each_shards_vm_confirms_its_own_failures(tpu_night, tpu_api: FakeTpuApi, nightly_home: Path) -> None:
+    """test_score fails on shard 1's VM, which re-runs it there; the confirmation reads the
+    rounds from every shard's files."""
+    _recorded(nightly_home, test_score=2.0, test_batch=1.0)
+    outcome, _ = tpu_night(suite=SHARDS, key=TONIGHT, expected=5)  # score(2) is 4: test_score fails
+    assert not outcome.succeeded
+    manifest = json.loads((_stage_dir(nightly_home) / "manifest.json").read_text())
+    assert manifest["confirm"]["confirmed_failing"] == {f"{CLASS}::test_score": 3}
+    assert [
+        Path(j).relative_to(_stage_dir(nightly_home)).as_posix() for j in manifest["confirm"]["junit"]
+    ] == [
+        "shard-1/vm/confirm-1.xml",
+        "shard-1/vm/confirm-2.xml",
+    ]
+    assert _cases(nightly_home, TONIGHT)[f"{CLASS}::test_batch"] == ("passed", None)
+    assert tpu_api.node_names() == []
+
+
 # -- the VM's plugin, on a tiny project ------------------------------------------------------------
 
 PROJECT = {
