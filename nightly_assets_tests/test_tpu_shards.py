@@ -149,9 +149,9 @@ def test_a_preempted_shard_runs_again_alone_on_a_new_vm(
     outcome, _ = tpu_night(suite=SHARDS, key=TONIGHT)
     store = _store(nightly_home)
     stage = {s.stage: s for s in store.stages(TONIGHT)}["tests_tpu"]
-    assert outcome.succeeded, (stage.status, stage.detail)
-    assert stage.detail == "2/2 passed; 2 shards (1 re-run)"
     shards = _shards(nightly_home)
+    assert outcome.succeeded, (stage.status, stage.detail)
+    assert stage.detail == "2/2 passed; 2 shards (1 re-run)", shards
     assert [a["vm_ended"] for a in shards[1]["attempts"]] == ["preempted", "completed"]
     assert "ended early (preempted)" in shards[1]["attempts"][0]["lost"]
     assert [a["vm_ended"] for a in shards[2]["attempts"]] == ["completed"]
