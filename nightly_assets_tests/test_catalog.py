@@ -190,6 +190,11 @@ def test_builtin_catalog_has_the_seed_values():
             lambda d: d["targets"][0]["params"].update(spot="yes"),
             "target 'v6e-1': params.spot must be true or false, got 'yes'",
         ),
+        (  # the pool of VMs a sharded suite may hold at once
+            "tpu",
+            lambda d: d["targets"][0]["params"].update(max_vms=0),
+            "target 'v6e-1': params.max_vms must be a whole number >= 1, got 0",
+        ),
         (
             "tpu",
             lambda d: d["stages"][2].update(params={}),
@@ -216,11 +221,11 @@ def test_builtin_catalog_has_the_seed_values():
             "dynamo/defs.yaml: pipeline 'dynamo' stage 'tests_unit' (test_suite) cannot run on "
             "'gpu-l40-amd64' (docker); expected a runner of kind tpu_vm",
         ),
-        (  # shards run where a runner holds many at once: not (yet) on TPU VMs
-            "tpu",
-            lambda d: d["stages"][1]["suite"].update(shards=4),
-            "stage 'tests_tpu': suite.shards runs on runners of kind batch, docker, kubernetes, local, "
-            "not on 'tpu-v6e' (tpu_vm); leave 'shards' and 'shard_minutes' out there",
+        (  # shards run where a runner holds many at once: not on Bazel remote execution
+            "demo",
+            lambda d: d["stages"][3]["suite"].update(shards=4, runner="rbe-rocm"),
+            "stage 'tests_unit': suite.shards runs on runners of kind batch, docker, kubernetes, local, "
+            "tpu_vm, not on 'rbe-rocm' (rbe); leave 'shards' and 'shard_minutes' out there",
         ),
         (
             "demo",

@@ -382,6 +382,29 @@ def test_a_cancelled_run_still_deletes_its_vm(
 
 @pytest.mark.tpu
 @pytest.mark.ssh
+def test_a_run_stopped_from_another_thread_stops_its_suite_and_deletes_its_vm(
+    make_vms, tpu_api: FakeTpuApi, target, suite_file, tmp_path
+) -> None:
+    """An interrupted sharded night sets each shard VM's stop event from the stage's thread."""
+    stop = threading.Event()
+    started = time.monotonic()
+    outcome = make_vms().run_suite(
+        target,
+        pytest_suite(suite_file, sleep_s=60),
+        run_id=RUN_ID,
+        night=NIGHT,
+        out_dir=tmp_path / "out",
+        on_output=when_started(stop.set),
+        stop=stop,
+    )
+    assert outcome.reason == "cancelled" and outcome.deleted_at is not None, outcome.detail
+    assert time.monotonic() - started < 30  # not the suite's 60 s
+    assert_suite_process_gone(tmp_path / "vm")
+    assert_no_vm_left(tpu_api)
+
+
+@pytest.mark.tpu
+@pytest.mark.ssh
 def test_a_node_that_never_gets_ready_is_deleted_after_the_timeout(
     make_vms,
     tpu_api: FakeTpuApi,

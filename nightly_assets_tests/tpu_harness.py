@@ -96,11 +96,12 @@ def tpu_catalog(
     tpu_api: FakeTpuApi,
     sshd: Sshd,
     github_repo: str | None = None,
+    suite: dict[str, Any] | None = None,
     **target_params: Any,
 ) -> Path:
     """A copy of the catalog whose `tpu` pipeline tests `repo` on the peers' "VM" with `vm_python`;
     the TPU resource pointed at the fake TPU API and the sshd through its variables. Failure
-    issues go to `github_repo` (None: none are opened)."""
+    issues go to `github_repo` (None: none are opened); `suite` changes the stage's suite block."""
     catalog = tmp_path / "catalog"
     shutil.rmtree(catalog, ignore_errors=True)
     copy_catalog(catalog)
@@ -109,6 +110,7 @@ def tpu_catalog(
     document["targets"][0]["params"].update(target_params)
     document["github"].update(repo=github_repo or "acme/unused", issue_on_failure=github_repo is not None)
     stage = next(s for s in document["stages"] if s["name"] == "tests_tpu")
+    stage["suite"].update(suite or {})
     stage["params"] = {
         "python": vm_python,
         "venv": False,
@@ -133,7 +135,8 @@ def tpu_catalog(
 
 @pytest.fixture
 def tpu_night(nightly_home, tmp_path, monkeypatch, tpu_api: FakeTpuApi, sshd: Sshd, vm_python: str):
-    """Run one night of the catalog's `tpu` pipeline against the peers: (outcome, check -> passed)."""
+    """Run one night of the catalog's `tpu` pipeline against the peers: (outcome, check -> passed);
+    `suite` changes the stage's suite block, `events` gets the run's log messages."""
 
     def run(
         sleep_s: float = 0.0,
@@ -141,13 +144,15 @@ def tpu_night(nightly_home, tmp_path, monkeypatch, tpu_api: FakeTpuApi, sshd: Ss
         key: NightKey = KEY,
         github_repo: str | None = None,
         env: dict[str, str] | None = None,
+        suite: dict[str, Any] | None = None,
+        events: list[str] | None = None,
         **target_params: Any,
     ) -> tuple[NightOutcome, dict[str, bool]]:
         repo = tmp_path / "sglang"
         if not repo.exists():
             make_sglang_repo(repo, sleep_s, expected)
         catalog = tpu_catalog(
-            tmp_path, monkeypatch, repo, vm_python, tpu_api, sshd, github_repo, **target_params
+            tmp_path, monkeypatch, repo, vm_python, tpu_api, sshd, github_repo, suite, **target_params
         )
         for name, value in (env or {}).items():  # e.g. NIGHTLY_TPU_READY_TIMEOUT_S
             monkeypatch.setenv(name, value)
@@ -155,6 +160,8 @@ def tpu_night(nightly_home, tmp_path, monkeypatch, tpu_api: FakeTpuApi, sshd: Ss
         (tmp_path / "dagster_home").mkdir(exist_ok=True)
         with dg.instance_for_test(temp_dir=str(tmp_path / "dagster_home")) as instance:
             outcome = run_night(build_definitions(catalog), instance, load_catalog(catalog), key, resources)
+            if events is not None:
+                events.extend(e.message for e in instance.all_logs(outcome.run.run_id))
             evaluations = instance.all_logs(
                 outcome.run.run_id, of_type=DagsterEventType.ASSET_CHECK_EVALUATION
             )

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, StringConstraints
 
 RunnerKind = Literal["local", "docker", "rbe", "tpu_vm", "batch", "kubernetes"]
 # The runner kinds a suite's `shards` run on (shards/): what each of them holds at once.
-SHARDED_RUNNER_KINDS = frozenset({"local", "docker", "kubernetes", "batch"})
+SHARDED_RUNNER_KINDS = frozenset({"local", "docker", "kubernetes", "batch", "tpu_vm"})
 # A stage with no runner runs in the orchestrator's own process (summaries, baselines, release).
 ORCHESTRATOR = "orchestrator"
 # A catalog name (pipeline, stage, repository): it lands in asset keys, job names and paths.

@@ -1,13 +1,15 @@
 """The tpu_vm runner kind: a suite on a fresh TPU VM over SSH, its cost in the warehouse, checks
 that the VM was deleted and the run kept within the pipeline's budget (seed 003)."""
 
+import functools
 from collections.abc import Mapping
 from pathlib import Path
 
 import dagster as dg
 
 from nightly_assets.results import TestReport
-from nightly_assets.runners.protocol import Capability, RunnerBackend, StageWork, SuiteOutcome
+from nightly_assets.runners.protocol import Capability, RunnerBackend, StageWork, SuiteOutcome, shard_history
+from nightly_assets.runners.tpu_shards import recorded_tests, shards_on_vms
 from nightly_assets.stages import StageRun, StageSpec
 from nightly_assets.testing.confirm import Rerunner
 from nightly_assets.testing.junit import parse_junit
@@ -15,7 +17,7 @@ from nightly_assets.testing.resources import TestRunError
 from nightly_assets.tpu import checks as tpu_checks
 from nightly_assets.tpu.nodes import TpuApiError
 from nightly_assets.tpu.resources import TpuVmResource, recently_ended_run_ids
-from nightly_assets.tpu.stage import TpuSuiteParams, confirmation_file, run_suite_on_vm
+from nightly_assets.tpu.stage import TpuSuiteParams, confirmation_file, pack_checkout, run_suite_on_vm
 from nightly_assets.warehouse.rows import MachineCost
 
 
@@ -35,7 +37,8 @@ class TpuVmBackend(RunnerBackend):
 
 
 def run_suite_on_tpu_vm(work: StageWork) -> SuiteOutcome:
-    """Run the stage's suite on a TPU VM; the cost is recorded even when the run fails."""
+    """Run the stage's suite on a TPU VM (a sharded suite: a VM per shard, once the warehouse has
+    recorded its tests); the cost is recorded even when the run fails."""
     context, spec, run = work.context, work.spec, work.run
     suite = spec.stage.suite
     assert suite is not None
@@ -50,10 +53,11 @@ def run_suite_on_tpu_vm(work: StageWork) -> SuiteOutcome:
             tpu_node=cost.machine, vm_lifetime_s=cost.lifetime_s, cost_usd=cost.cost_usd, vm_ended=cost.ended
         )
 
-    _sweep_leftovers(context, tpu_vms, str(run.target.params.get("zone", "")))
-    result = run_suite_on_vm(
+    store.forget_costs(run.key, spec.stage.name)  # a stage run again: its own VMs' rows alone
+    _sweep_leftovers(context, tpu_vms, str(run.target.params.get("zone", "")))  # once, before any VM
+    on_vm = functools.partial(
+        run_suite_on_vm,
         tpu_vms,
-        name=spec.stage.name,
         suite=suite,
         params=params,
         target=run.target,
@@ -61,9 +65,20 @@ def run_suite_on_tpu_vm(work: StageWork) -> SuiteOutcome:
         commit=pinned.sha,
         run_id=context.run.run_id,
         night=run.key.night.isoformat(),
+        log=context.log,
+    )
+    if suite.sharded:
+        history = shard_history(work)
+        collected = recorded_tests(history[0], Path(pinned.path)) if history[1] else []
+        if collected:
+            tarball = pack_checkout(Path(pinned.path), run.workdir / "source.tar.gz")
+            return shards_on_vms(work, on_vm, history, collected, tarball)
+        why = "no recorded tests yet" if not history[1] else "no recorded test is in tonight's checkout"
+        context.log.info(f"{spec.stage.name}: {why}: one VM this night; sharded from the next")
+    result = on_vm(
+        name=spec.stage.name,
         workdir=run.workdir,
         labels={"pipeline": spec.pipeline.name, "target": run.target.name},
-        log=context.log,
         on_cost=record,
     )
     if result.outcome.timing_path is not None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,10 @@ from nightly_assets.words import plural
 # The nights a test's duration is averaged over: a week holds each weekday once (suites that run
 # more on some days) and is recent enough to follow a test that got slower.
 HISTORY_NIGHTS = 7
+PLAN_FILE = "shard-plan.json"  # in the stage's workdir; a TPU VM reads it too (tpu/remote_shard.py)
+# What a shard's run selected of the plan, where the backend knows (a TPU VM's plugin says): None
+# where it does not.
+Selected = Callable[[ShardRecord], Collection[str] | None]
 
 
 @dataclass(frozen=True)
@@ -116,16 +120,22 @@ def run_sharded(
     gpus: int | None,
     workdir: Path,
     log: Callable[[str], None],
+    parallel: int | None = None,
+    selected: Selected | None = None,
     on_plan: Callable[[ShardPlan], None] | None = None,
 ) -> ShardedRun:
     """Plan the collected tests from `history` (durations, nights they span), run every shard with
-    `run_one`, all at once (a GPU suite: as many as the runner's `gpus` give each its `min_gpus`),
-    and merge their reports into the suite's one report. `on_plan` is shown the plan before any
-    shard runs (a backend that starts every shard in one go: a Slurm job array)."""
+    `run_one`, all at once (a GPU suite: as many as the runner's `gpus` give each its `min_gpus`;
+    `parallel`: at most that many, a pool of machines), and merge their reports into the suite's
+    one report. `selected`: the node ids a reporting shard's run selected, where the plan came from
+    earlier nights rather than tonight's collection: a planned test its shard did not select no
+    longer exists, and is dropped from the plan rather than reported as not run. `on_plan` is shown
+    the plan before any shard runs (a backend that starts every shard in one go: a Slurm job array)."""
     durations, nights = history
-    parallel = max(1, gpus // suite.min_gpus) if suite.min_gpus and gpus is not None else None  # None: all
+    if parallel is None and suite.min_gpus and gpus is not None:
+        parallel = max(1, gpus // suite.min_gpus)  # None: all at once
     plan = plan_suite(suite, collected, durations)
-    plan_file = workdir / "shard-plan.json"
+    plan_file = workdir / PLAN_FILE
     plan_file.write_text(json.dumps({"history_nights": nights, **plan.to_json()}, indent=1))
     log(
         f"{name}: {plural(len(collected), 'test')} in {plural(len(plan.shards), 'shard')}, planned from "
@@ -140,7 +150,10 @@ def run_sharded(
     if on_plan is not None:
         on_plan(plan)
     records = run_shards(plan, run_one, parallel=parallel, retries=suite.shard_retries, log=log)
-    report, findings = merge_shard_reports(records, planned_tests(plan, collected), name, runner)
+    planned = planned_tests(plan, collected)
+    if selected is not None:
+        planned = _without_removed(planned, records, selected, lambda text: log(f"{name}: {text}"))
+    report, findings = merge_shard_reports(records, planned, name, runner)
     if findings.duplicates:
         log(
             f"{name}: {plural(len(findings.duplicates), 'test')} reported by more than one shard, kept once "
@@ -154,3 +167,28 @@ def run_sharded(
             f"{', '.join(findings.unplanned[:5])}"
         )
     return ShardedRun(plan, tuple(records), report, findings, nights, plan_file)
+
+
+def _without_removed(
+    planned: dict[int, list[tuple[str, str]]],
+    records: Sequence[ShardRecord],
+    selected: Selected,
+    log: Callable[[str], None],
+) -> dict[int, list[tuple[str, str]]]:
+    """`planned` less the tests a reporting shard's run did not select: removed since the nights
+    the plan was made from (a lost shard's tests stay: nobody knows whether they still exist)."""
+    removed: list[str] = []
+    for record in records:
+        chosen = selected(record) if record.junit is not None else None
+        if chosen is None:
+            continue
+        kept = {node_id_of(*junit_name_of(test)) for test in chosen}
+        tests = planned.get(record.shard.index, [])
+        planned[record.shard.index] = [t for t in tests if node_id_of(*t) in kept]
+        removed += [node_id_of(*t) for t in tests if node_id_of(*t) not in kept]
+    if removed:
+        log(
+            f"{plural(len(removed), 'planned test')} no longer selected (removed or deselected since "
+            f"the recorded nights): {', '.join(removed[:5])}"
+        )
+    return planned

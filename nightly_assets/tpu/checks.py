@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dagster as dg
 
+from nightly_assets.tpu.models import TpuRunOutcome
 from nightly_assets.warehouse.rows import MachineCost
 
 COST_WITHIN_BUDGET = "cost_within_budget"
@@ -62,4 +63,29 @@ def vm_deleted(key: dg.AssetKey, node: str, delete_error: str | None) -> dg.Asse
             if delete_error is None
             else f"{node} could not be deleted and may still run (the sweeper retries): {delete_error}"
         ),
+    )
+
+
+def vms_deleted(key: dg.AssetKey, outcomes: list[TpuRunOutcome]) -> dg.AssetCheckResult:
+    """One result for a sharded suite's VMs (the check is one per stage): passed when every one
+    of them was deleted; the description names each VM, or those that may still run."""
+    leaked = [o for o in outcomes if o.delete_error is not None]
+    names = [o.node_name.rsplit("/", 1)[-1] for o in outcomes]
+    if not leaked:
+        return dg.AssetCheckResult(
+            check_name=VM_DELETED,
+            asset_key=key,
+            passed=True,
+            severity=dg.AssetCheckSeverity.WARN,
+            description=f"{len(outcomes)} VM(s) deleted: {', '.join(names)}",
+            metadata={"vms": dg.MetadataValue.int(len(outcomes))},
+        )
+    return dg.AssetCheckResult(
+        check_name=VM_DELETED,
+        asset_key=key,
+        passed=False,
+        severity=dg.AssetCheckSeverity.WARN,
+        description=f"{len(leaked)} of {len(outcomes)} VM(s) could not be deleted and may still run "
+        "(the sweeper retries): " + "; ".join(f"{o.node_name}: {o.delete_error}" for o in leaked),
+        metadata={"vms": dg.MetadataValue.int(len(outcomes))},
     )

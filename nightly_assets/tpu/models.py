@@ -35,6 +35,9 @@ class TpuTarget:
     spot: bool = False
     hourly_usd: float = 0.0
     queued_resource: bool = False  # ask through the QueuedResources API (waits for capacity)
+    # The most VMs a sharded suite holds at once (the project's TPU quota in the zone, or what the
+    # team may spend at a time); None: one per shard, all at once.
+    max_vms: int | None = None
 
     @classmethod
     def from_params(cls, params: Mapping[str, object], target: str = "tpu") -> TpuTarget:
@@ -55,7 +58,12 @@ class TpuTarget:
         cost = params.get("hourly_usd", 0.0)
         if isinstance(cost, bool) or not isinstance(cost, int | float) or cost < 0:
             raise ValueError(f"target {target!r}: params.hourly_usd must be a number >= 0, got {cost!r}")
-        return cls(hourly_usd=float(cost), **values)  # type: ignore[arg-type]
+        max_vms = params.get("max_vms")
+        if max_vms is not None and (isinstance(max_vms, bool) or not isinstance(max_vms, int) or max_vms < 1):
+            raise ValueError(
+                f"target {target!r}: params.max_vms must be a whole number >= 1, got {max_vms!r}"
+            )
+        return cls(hourly_usd=float(cost), max_vms=max_vms, **values)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,10 @@ def _parse(argv):
     parser.add_argument("--confirm-timeout", type=float, default=0.0)
     parser.add_argument("--confirm-wholesale-share", type=float, default=0.5)
     parser.add_argument("--confirm-wholesale-min", type=int, default=5)
+    # One shard of a planned suite (remote_shard.py, uploaded beside this script as SHARD_PLUGIN):
+    # the suite's own selection stands, the plugin keeps this shard's part of it.
+    parser.add_argument("--shard-plan", default=None, help="the orchestrator's shard-plan.json")
+    parser.add_argument("--shard-index", type=int, default=None, help="this VM's shard, from 1")
     parser.add_argument("paths", nargs="*")
     return parser.parse_args(argv)
 
@@ -54,6 +58,8 @@ def _unpack(source, dest):
             archive.extractall(dest)  # noqa: S202  # every member checked above
 
 
+SHARD_PLUGIN = "nightly_remote_shard"  # the plugin's module name on the VM (beside this script)
+SHARD_SELECTED = "shard-selected.json"  # the node ids the shard kept, fetched back
 SETUP_FAILED = 90  # not a pytest exit code: the orchestrator reports a setup step, not tests
 
 
@@ -84,7 +90,7 @@ def main(argv=None):
     env = dict(os.environ, NIGHTLY_TIMING_FILE=timing, COMMIT=args.commit, GITHUB_SHA=args.commit)
     pytest = [python, "-m", "pytest", "-p", "no:cacheprovider", "-rA"]
     selection = [*(["-m", args.markers] if args.markers else []), *args.pytest_args]
-    command = [*pytest, "--junitxml=" + junit, *selection]
+    command = [*pytest, "--junitxml=" + junit, *selection, *_shard_args(args, here, env)]
     started = time.time()
     print("remote_suite: " + " ".join([*command, "--", *args.paths]), flush=True)
     code_ = subprocess.run([*command, "--", *args.paths], cwd=code, env=env).returncode
@@ -99,6 +105,22 @@ def main(argv=None):
         except (OSError, ET.ParseError) as exc:  # the suite's own verdict stands, unconfirmed
             print(f"remote_suite: confirmation stopped: {exc}", flush=True)
     return code_
+
+
+def _shard_args(args, here, env):
+    """The plugin's arguments for one shard ([] unsharded); it is imported from this folder."""
+    if args.shard_plan is None:
+        return []
+    if args.shard_index is None:
+        sys.exit("remote_suite: --shard-plan needs --shard-index")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH", "")) if p)
+    return [
+        "-p",
+        SHARD_PLUGIN,
+        "--nightly-shard-plan=" + os.path.join(here, args.shard_plan),
+        f"--nightly-shard-index={args.shard_index}",
+        "--nightly-shard-selected=" + os.path.join(here, SHARD_SELECTED),
+    ]
 
 
 def _failing(junit, code):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
@@ -98,12 +99,14 @@ class TpuVmResource(dg.ConfigurableResource):
         night: str,
         labels: Mapping[str, str] | None = None,
         log: logging.Logger | None = None,
+        stop: threading.Event | None = None,
     ) -> TpuVm:
         """A VM for one run, as a context manager: created and READY inside `with`, deleted after."""
         from nightly_assets.tpu.session import TpuVm  # paramiko: for a run, not for loading
 
+        settings = self.settings()
         return TpuVm(
-            self.nodes(), target, self.settings(), run_id=run_id, night=night, labels=labels, log=log
+            self.nodes(), target, settings, run_id=run_id, night=night, labels=labels, log=log, stop=stop
         )
 
     def run_suite(
@@ -117,14 +120,16 @@ class TpuVmResource(dg.ConfigurableResource):
         labels: Mapping[str, str] | None = None,
         on_output: Callable[[str], None] | None = None,
         log: logging.Logger | None = None,
+        stop: threading.Event | None = None,
     ) -> TpuRunOutcome:
         """Create a VM, run `suite` on it, fetch its files into `out_dir`, delete the VM.
 
         Returns the outcome whatever happened on the VM (`reason` says what). Raises TpuQuotaError
         when no VM could be created (nothing to pay for, nothing left), and re-raises an interrupt
-        after the VM is deleted (its outcome is on the exception as `tpu_outcome`).
+        after the VM is deleted (its outcome is on the exception as `tpu_outcome`). `stop`, set from
+        another thread, ends the suite early (reason cancelled) and deletes the VM.
         """
-        vm = self.vm(target, run_id=run_id, night=night, labels=labels, log=log)
+        vm = self.vm(target, run_id=run_id, night=night, labels=labels, log=log, stop=stop)
         try:
             with vm:
                 vm.run(suite, out_dir, on_output=on_output)

@@ -9,6 +9,7 @@ import datetime
 import logging
 import posixpath
 import secrets
+import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -51,8 +52,12 @@ class TpuVm:
         night: str,
         labels: Mapping[str, str] | None = None,
         log: logging.Logger | None = None,
+        stop: threading.Event | None = None,
     ) -> None:
         self.nodes, self.target, self.settings = nodes, target, settings
+        # Set from another thread (an interrupted night's shard): the suite is stopped at the next
+        # state poll, and the VM deleted as always.
+        self.stop = stop
         self.log = log or logging.getLogger(__name__)
         self.node_id = node_id_for(settings.node_prefix, run_id, secrets.token_hex(3))
         self.node_name = nodes.node_name(target.zone, self.node_id)
@@ -214,7 +219,8 @@ class TpuVm:
         except ssh.SshHostKeyMismatch as exc:
             return self._stop("host_key_mismatch", str(exc))
         except ssh.SshError as exc:
-            return self._stop(self._why_lost("ssh_unreachable"), str(exc))
+            reason: Reason = "cancelled" if self._stopping() else self._why_lost("ssh_unreachable")
+            return self._stop(reason, str(exc))
         with client:
             self._run_connected(client, suite, command, out_dir, on_output)
 
@@ -253,6 +259,9 @@ class TpuVm:
         elif remote.ended == "timeout":
             self._stop("timeout", remote.detail)
             ssh.kill_remote(client, self.workdir, self.log)
+        elif remote.ended == "stopped" and self._stopping():
+            self._stop("cancelled", remote.detail)
+            ssh.kill_remote(client, self.workdir, self.log)
         elif remote.ended == "stopped":
             self._stop(self._why_lost("vm_lost"), remote.detail)
         else:
@@ -279,7 +288,12 @@ class TpuVm:
             return None
         return "GONE" if node is None else state_name(node)
 
+    def _stopping(self) -> bool:
+        return self.stop is not None and self.stop.is_set()
+
     def _node_trouble(self) -> str | None:
+        if self._stopping():
+            return "the run was interrupted"
         state = self._node_state()
         return None if state in (None, "READY") else f"the node went {state} while the suite ran"
 

@@ -4,6 +4,7 @@ attributes, SFTP up and down, and one remote command streamed to a log under a t
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
 import logging
 import posixpath
@@ -282,7 +283,14 @@ def sftp_makedirs(sftp: paramiko.SFTPClient, path: str) -> None:
         raise SshError(f"remote path {path} exists and is not a directory")
     except FileNotFoundError:
         sftp_makedirs(sftp, posixpath.dirname(path))
-        sftp.mkdir(path)
+        try:
+            sftp.mkdir(path)
+        except OSError:
+            # Made meanwhile by another run sharing the folder (shards' VMs on the tests' one sshd).
+            with contextlib.suppress(OSError):
+                if stat.S_ISDIR(sftp.stat(path).st_mode or 0):
+                    return
+            raise
 
 
 def _put(sftp: paramiko.SFTPClient, local: Path, remote: str) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import tarfile
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,11 +22,13 @@ from nightly_assets.interrupts import deferred_interrupts
 from nightly_assets.results import TestReport
 from nightly_assets.testing.junit import parse_junit
 from nightly_assets.testing.resources import PYTEST_USABLE_EXIT_CODES, TestRunError
+from nightly_assets.tpu import remote_suite
 from nightly_assets.tpu.models import TpuRunOutcome, TpuSuite, TpuTarget
 from nightly_assets.tpu.resources import TpuVmResource
 from nightly_assets.warehouse.rows import MachineCost
 
 REMOTE_SCRIPT = Path(__file__).with_name("remote_suite.py")
+SHARD_PLUGIN = Path(__file__).with_name("remote_shard.py")  # uploaded as remote_suite.SHARD_PLUGIN
 _SKIP_DIRS = {".git", ".venv", "__pycache__", ".pytest_cache", "bazel-out"}
 
 
@@ -45,6 +48,14 @@ class TpuRunEnded(RuntimeError):
     def __init__(self, message: str, outcome: TpuRunOutcome) -> None:
         super().__init__(message)
         self.outcome = outcome
+
+
+@dataclass(frozen=True)
+class VmShard:
+    """One shard of a planned suite on this VM: its index (from 1) and the plan file all share."""
+
+    index: int
+    plan: Path
 
 
 @dataclass(frozen=True)
@@ -83,8 +94,10 @@ def suite_for(
     target: Target,
     tarball: Path,
     commit: str,
+    shard: VmShard | None = None,
 ) -> TpuSuite:
-    """The argv the VM runs: our runner script, every value its own argument."""
+    """The argv the VM runs: our runner script, every value its own argument; with `shard`, the
+    suite's selection (paths, markers) stands and the VM keeps that shard's part of it."""
     assert suite.bazel is None  # Bazel suites do not run on TPU VMs (the catalog says so)
     markers = suite.markers.format(arch=target.arch, **target.params) if suite.markers else ""
     argv = [params.python, "remote_suite.py", "--source", "source.tar.gz", "--junit", "junit.xml"]
@@ -98,13 +111,19 @@ def suite_for(
     if confirm.attempts:
         argv += [f"--confirm-attempts={confirm.attempts}", f"--confirm-max-tests={confirm.max_tests}"]
         argv += [f"--confirm-timeout={budget_s}"]
+    uploads = {"remote_suite.py": REMOTE_SCRIPT, "source.tar.gz": tarball}
+    fetch = [confirmation_file(n) for n in range(1, confirm.attempts + 1)]  # those it wrote
+    if shard is not None:
+        argv += ["--shard-plan", "shard-plan.json", "--shard-index", str(shard.index)]
+        uploads |= {f"{remote_suite.SHARD_PLUGIN}.py": SHARD_PLUGIN, "shard-plan.json": shard.plan}
+        fetch.append(remote_suite.SHARD_SELECTED)
     return TpuSuite(
         argv=[*argv, "--", *suite.paths],
         junit_file="junit.xml",
         timing_file=params.timing_file,
-        uploads={"remote_suite.py": REMOTE_SCRIPT, "source.tar.gz": tarball},
+        uploads=uploads,
         timeout_s=timeout_s + budget_s,
-        fetch=[confirmation_file(n) for n in range(1, confirm.attempts + 1)],  # those it wrote
+        fetch=fetch,
     )
 
 
@@ -128,13 +147,18 @@ def run_suite_on_vm(
     labels: dict[str, str],
     log: logging.Logger,
     on_cost: Callable[[MachineCost], None],
+    shard: VmShard | None = None,
+    tarball: Path | None = None,
+    stop: threading.Event | None = None,
 ) -> TpuSuiteResult:
-    """One suite on one fresh VM. `on_cost` gets the VM's lifetime and cost as soon as it is
-    deleted, whatever happened (an interrupt included). Raises TpuRunEnded when the VM went
-    early, TestRunError when pytest could not run."""
+    """One suite (or one `shard` of it) on one fresh VM. `on_cost` gets the VM's lifetime and
+    cost as soon as it is deleted, whatever happened (an interrupt included). Raises TpuRunEnded
+    when the VM went early, TestRunError when pytest could not run. `tarball`: the checkout
+    already packed (shards share one); None: packed into `workdir`. `stop`: set from another thread,
+    it ends the suite early and deletes the VM (an interrupted night's shard)."""
     tpu_target = TpuTarget.from_params(target.params, target.name)
-    tarball = pack_checkout(checkout, workdir / "source.tar.gz")
-    tpu_suite = suite_for(suite, params, target, tarball, commit)
+    tarball = tarball or pack_checkout(checkout, workdir / "source.tar.gz")
+    tpu_suite = suite_for(suite, params, target, tarball, commit, shard)
     log.info(
         f"{name}: {tpu_target.accelerator_type} in {tpu_target.zone} "
         f"({'spot' if tpu_target.spot else 'preemptible' if tpu_target.preemptible else 'on-demand'}), "
@@ -143,7 +167,14 @@ def run_suite_on_vm(
     out_dir = workdir / "vm"
     try:
         outcome = tpu_vms.run_suite(
-            tpu_target, tpu_suite, run_id=run_id, night=night, out_dir=out_dir, labels=labels, log=log
+            tpu_target,
+            tpu_suite,
+            run_id=run_id,
+            night=night,
+            out_dir=out_dir,
+            labels=labels,
+            log=log,
+            stop=stop,
         )
     except BaseException as exc:
         interrupted = getattr(exc, "tpu_outcome", None)  # run_suite puts it on what it re-raises

@@ -302,6 +302,12 @@ class WarehouseWrites(DatabaseAccess):
         row = {**key_columns(key), **{name: getattr(cost, name) for name in COST_COLUMNS}}
         self._replace(CostTable, [*is_key(CostTable, key), CostTable.stage == cost.stage], [row])
 
+    def forget_costs(self, key: NightKey, stage: str) -> None:
+        """Delete the cost rows of (key, stage) and of its machines (`stage/shard-2`): a stage run
+        again records its own, whether it runs on one machine or on one per shard."""
+        of_stage = (CostTable.stage == stage) | CostTable.stage.startswith(f"{stage}/", autoescape=True)
+        self._replace(CostTable, [*is_key(CostTable, key), of_stage], [])
+
     def record_verdicts(self, key: NightKey, verdicts: Sequence[TestVerdict]) -> None:
         """Replace the key's test verdicts (the tests that were not plainly stable)."""
         rows = [

@@ -6,7 +6,8 @@ Nodes live in memory and move through their states on a background ticker, so sc
 happen on time whoever is polling: ``provisioning_delay_s`` (CREATING -> READY), ``never_ready``,
 ``quota_exhausted`` (429 RESOURCE_EXHAUSTED on create), ``rate_limited_creates`` (that many 429s,
 then the create goes through), ``delete_answer_delay_s``, ``preempt_after_s`` (READY -> PREEMPTED,
-then ``on_preempt(node_name)`` so a test can kill the "VM"), ``delete_delay_s``.
+then ``on_preempt(node_name)`` so a test can kill the "VM"; ``preempt_if`` picks nodes by their
+labels), ``delete_delay_s``. ``most_nodes`` is the most nodes that existed at once.
 
 The "VM" is the loopback sshd: every READY node's ``ssh-keys`` metadata is written into
 ``authorized_keys``, so the key the orchestrator put in the node is what lets it in, and only
@@ -92,6 +93,10 @@ class FakeTpuApi:
     rate_limited_creates: int = 0  # this many creates are answered 429 before one is accepted
     queue_delay_s: float = 0.0
     on_preempt: Callable[[str], object] | None = None  # what it returns is ignored
+    # Given a node's labels as it gets READY: seconds until it is preempted (None: never), in place
+    # of preempt_after_s. Called under the fake's lock: it must not call the fake.
+    preempt_if: Callable[[dict[str, str]], float | None] | None = None
+    most_nodes: int = 0  # the most nodes that existed at once (a pool's bound)
     on_delete: Callable[[], None] | None = None  # called as a delete call arrives, before it answers
     requests: list[tuple[str, str]] = field(default_factory=list)
     created: list[dict[str, Any]] = field(default_factory=list)  # the body of every create accepted
@@ -129,6 +134,8 @@ class FakeTpuApi:
             self.rate_limited_creates = 0
             self.preempt_after_s = None
             self.on_preempt = None
+            self.preempt_if = None
+            self.most_nodes = 0
             self.on_delete = None
             self._write_authorized_keys()
 
@@ -172,8 +179,11 @@ class FakeTpuApi:
             for node in list(self.nodes.values()):
                 if node.state == "CREATING" and node.ready_at is not None and now >= node.ready_at:
                     node.state = "READY"
-                    if self.preempt_after_s is not None:
-                        node.preempt_at = now + self.preempt_after_s
+                    after = self.preempt_after_s
+                    if self.preempt_if is not None:
+                        after = self.preempt_if(dict(node.body.get("labels", {})))
+                    if after is not None:
+                        node.preempt_at = now + after
                 elif node.state == "READY" and node.preempt_at is not None and now >= node.preempt_at:
                     node.state = "PREEMPTED"
                     preempted.append(node.name)
@@ -191,6 +201,7 @@ class FakeTpuApi:
         ready_at = None if self.never_ready else now + self.provisioning_delay_s
         node = FakeNode(name, body, ready_at=ready_at)
         self.nodes[name] = node
+        self.most_nodes = max(self.most_nodes, len(self.nodes))
         return node
 
     def _write_authorized_keys(self) -> None:
