@@ -5,6 +5,7 @@ max_tests, time, a wholesale failure, a re-run that breaks) with a scripted re-r
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 from collections.abc import Callable
@@ -13,6 +14,7 @@ from typing import Any
 
 import dagster as dg
 import pytest
+import yaml
 
 from nightly_assets.catalog.models import BazelTests, Confirm, Suite
 from nightly_assets.night import NightOutcome
@@ -191,6 +193,59 @@ def test_in_the_image_the_failing_tests_re_run_by_node_id_in_fresh_containers(
     assert "FAILED tests/test_things.py::test_broken" in (folder / "confirm-2/output.log").read_text()
 
 
+# Three tests that fail in the whole suite's run (as on a machine that fails what runs on it) and
+# pass when re-run by node id, and one that fails everywhere.
+HOST_TESTS = """import confirmpkg
+import pytest
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_on_a_bad_host(n, pytestconfig):
+    assert any("::" in arg for arg in pytestconfig.args), "fails in the whole suite's run"
+
+
+def test_broken():
+    assert confirmpkg.VALUE == 2, "the value is not two"
+"""
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_on_a_pool_of_hosts_the_re_run_goes_to_another_host_which_names_the_suspect(
+    catalog_nights: CatalogNights,
+    tmp_path: Path,
+    wheelhouse: Path,
+    docker_engine: DockerEngine,
+    base_image: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The runner's label has two Docker hosts (this machine's one engine under a second address):
+    the suite runs on the first, its failing tests are re-run on the second; three that pass there
+    name the first host as the suspect, in the detail and the manifest."""
+    monkeypatch.setenv("DOCKER_HOST", docker_engine.host)
+    second = docker_engine.host.replace("/docker.sock", "/./docker.sock")
+    pool = {"hosts": {IMAGE_RUNNER: {"docker_host": docker_engine.host, "more_engines": [second]}}}
+    (tmp_path / "pool.yaml").write_text(yaml.safe_dump(pool))
+    monkeypatch.setenv("NIGHTLY_RUNNER_POOL", str(tmp_path / "pool.yaml"))
+    repo = tmp_path / "upstream" / "confirmpkg"
+    sources = {n: t for n, t in PROJECT.items() if not n.startswith("tests/")}
+    commit_files(repo, {**sources, "tests/test_things.py": HOST_TESTS})
+    _, stages, outcome = catalog_nights.run(confirm_pipeline(repo, IMAGE_STAGE, IMAGE_RUNNER), "2026-11-03")
+
+    assert not outcome.succeeded  # test_broken fails on both hosts
+    assert stages["tests"].detail == (
+        f"3/4 passed (1 failed); 3 passed on a confirmation re-run; suspect host {docker_engine.host} "
+        f"(3 of 4 failing tests passed when re-run on {second})"
+    )
+    folder = catalog_nights.home / "artefacts/confirmpkg/2026-11-03/cpu/tests"
+    confirm = json.loads((folder / "manifest.json").read_text())["confirm"]
+    assert confirm["suite_host"] == docker_engine.host
+    assert confirm["round_hosts"] == {"1": second, "2": docker_engine.host}  # then back: each in turn
+    assert set(confirm["passed_on"].values()) == {second}
+    assert confirm["suspect_host"] == docker_engine.host
+    assert confirm["confirmed_failing"] == {"tests.test_things::test_broken": 3}
+
+
 def _latest_materialization(nights: CatalogNights, key) -> dg.AssetMaterialization:
     partition = dg.MultiPartitionKey({"night": key.night.isoformat(), "target": key.target})
     event = nights.instance.get_latest_materialization_event(dg.AssetKey(["confirmpkg", "tests"]))
@@ -250,6 +305,31 @@ def test_re_runs_only_what_still_fails_and_count_every_attempt() -> None:
     assert [c.name for c in done.report.cases] == [c.name for c in report.cases]  # order kept
     assert done.report.source_files == ("confirm-1.xml", "confirm-2.xml")
     assert done.summary() == "; 2 passed on a confirmation re-run"
+
+
+def test_a_host_that_fails_many_tests_is_the_suspect_one_flaky_test_is_not() -> None:
+    hosts = {1: "ssh://gpu-b", 2: "ssh://gpu-a"}
+    report = _report({**STABLE, **{f"test_gpu_{i}": "failed" for i in range(4)}})
+    script = Script({f"test_gpu_{i}": ["passed"] if i < 3 else ["failed", "failed"] for i in range(4)})
+    rerunner = dataclasses.replace(script.rerunner(), host_of=hosts.__getitem__, suite_host="ssh://gpu-a")
+    done = confirm_failures(report, Confirm(), rerunner, budget_s=60, where="here")
+    assert done.round_hosts == hosts
+    assert done.passed_on == {f"tests.t::test_gpu_{i}": "ssh://gpu-b" for i in range(3)}
+    assert done.suspect_host == "ssh://gpu-a"
+    assert done.summary() == (
+        "; 3 passed on a confirmation re-run; suspect host ssh://gpu-a "
+        "(3 of 4 failing tests passed when re-run on ssh://gpu-b)"
+    )
+    assert "**Suspect host: ssh://gpu-a**" in done.markdown()
+    assert "passed on confirmation re-run on ssh://gpu-b" in done.markdown()
+
+    # One test that passed elsewhere may as well be flaky: no suspect.
+    report = _report({**STABLE, "test_flaky": "failed", "test_broken": "failed"})
+    script = Script({"test_flaky": ["passed"], "test_broken": ["failed", "failed"]})
+    rerunner = dataclasses.replace(script.rerunner(), host_of=hosts.__getitem__, suite_host="ssh://gpu-a")
+    done = confirm_failures(report, Confirm(), rerunner, budget_s=60, where="here")
+    assert done.passed_on == {"tests.t::test_flaky": "ssh://gpu-b"} and done.suspect_host is None
+    assert done.summary() == "; 1 passed on a confirmation re-run"
 
 
 def test_bazel_like_rerunners_run_every_attempt_in_one_round() -> None:

@@ -68,7 +68,9 @@ class DockerBackend(RunnerBackend):
             image_shards(work, gpus, run_in, engines=engines) if suite is not None and suite.sharded else None
         )
         report = sharded.report if sharded is not None else image_suite(work, gpus, run_in)
-        return SuiteOutcome(report, rerunner=image_rerunner(work, run_in), shards=sharded)
+        # Unsharded, the suite ran on the label's first engine; sharded, on each in turn.
+        rerunner = image_rerunner(work, run_in, engines=engines, suite_engine=None if sharded else 0)
+        return SuiteOutcome(report, rerunner=rerunner, shards=sharded)
 
     def run_command(self, work: StageWork, argv: list[str], output: str, timeout_s: float) -> Path:
         if not work.in_image:
@@ -258,11 +260,19 @@ def image_shards(
     )
 
 
-def image_rerunner(work: StageWork, run_in: RunIn) -> Rerunner:
+def image_rerunner(
+    work: StageWork,
+    run_in: RunIn,
+    *,
+    engines: Sequence[str | None] | None = None,
+    suite_engine: int | None = None,
+) -> Rerunner:
     """Failing tests re-run by node id by `run_in` (a container, a pod) of the night's image, with
     the suite's variables; each round's outputs in confirm-<round>/. The image holds the tests at
     their paths in the checkout of the image stage's repository (recipes.py), so that checkout
-    here names their files: read only when a test fails (a suite may be materialized alone)."""
+    here names their files: read only when a test fails (a suite may be materialized alone).
+    `engines`: the label's Docker hosts; round N goes N hosts on from `suite_engine` (the one the
+    suite ran on), so the first re-run is on another host where the label has more than one."""
     run, name, spec = work.run, work.spec.stage.name, work.spec
 
     @functools.cache
@@ -279,6 +289,15 @@ def image_rerunner(work: StageWork, run_in: RunIn) -> Rerunner:
         root = checkout()
         return pytest_node_id(case, root) if root is not None else None
 
+    many = engines is not None and len(engines) > 1
+
+    def engine_of(number: int) -> int:
+        return ((suite_engine or 0) + number) % len(engines) if engines else 0
+
+    def host_of(number: int) -> str:
+        assert engines is not None
+        return engines[engine_of(number)] or "DOCKER_HOST"
+
     def run_round(node_ids: list[str], number: int, runs: int, timeout_s: float) -> TestReport:
         assert runs == 1  # pytest re-runs round by round
         out_dir = run.workdir / f"confirm-{number}"
@@ -288,6 +307,7 @@ def image_rerunner(work: StageWork, run_in: RunIn) -> Rerunner:
             timeout_s=timeout_s,
             env=suite_env(work),
             out_dir=out_dir,
+            **({"engine": engine_of(number)} if many else {}),
         )
         log = result.out_dir / "output.log"
         run.published.append(log)
@@ -298,7 +318,11 @@ def image_rerunner(work: StageWork, run_in: RunIn) -> Rerunner:
         return parse_junit(result.out_dir / "junit.xml", name, run.runner_name)
 
     why_not = "no test file of its classname in the checkout the image's tests came from (a collection error)"
-    return Rerunner(address, run_round, why_not=why_not)
+    if not many:
+        return Rerunner(address, run_round, why_not=why_not)
+    assert engines is not None
+    suite_host = None if suite_engine is None else engines[suite_engine] or "DOCKER_HOST"
+    return Rerunner(address, run_round, why_not=why_not, host_of=host_of, suite_host=suite_host)
 
 
 def command_in_image(work: StageWork, argv: list[str], output: str, timeout_s: float) -> Path:

@@ -31,6 +31,11 @@ if TYPE_CHECKING:  # the catalog imports the stage kinds, which import this modu
 
 _log = logging.getLogger(__name__)
 
+# A host is the suspect when this many of the suite's failing tests passed once moved off it (and
+# they are most of those re-run): one or two may be flaky tests passing by chance, as they would on
+# the same host; several unrelated tests that all recover once moved point at the machine.
+SUSPECT_HOST_MIN = 3
+
 # Runs one round: (addresses, round number from 1, runs of each test, seconds left) -> its report.
 RunRound = Callable[[list[str], int, int, float], TestReport]
 
@@ -44,6 +49,10 @@ class Rerunner:
     run: RunRound
     runs_at_once: bool = False  # every attempt in one round (Bazel's --runs_per_test)
     why_not: str = "not a test that can be re-run alone (a collection error or a report fault)"
+    # A pool of hosts: where round N runs and where the suite ran. A round goes to another host
+    # first, so that a failure the machine caused passes there and the machine is named.
+    host_of: Callable[[int], str] | None = None
+    suite_host: str | None = None
 
 
 @dataclass
@@ -59,6 +68,20 @@ class Confirmation:
     runs: int = 0  # test runs spent
     seconds: float = 0.0
     junit: list[Path] = field(default_factory=list)  # each round's report, an artefact
+    suite_host: str | None = None  # where the suite ran (a pool of hosts), else None
+    round_hosts: dict[int, str] = field(default_factory=dict)  # round -> the host it ran on
+    passed_on: dict[str, str] = field(default_factory=dict)  # node id -> the host it passed on
+
+    @property
+    def suspect_host(self) -> str | None:
+        """The suite's host when the failures look like the machine's: at least SUSPECT_HOST_MIN
+        failing tests passed once moved to another host, and they are most of those re-run."""
+        if self.suite_host is None:
+            return None
+        moved = [test for test, host in self.passed_on.items() if host != self.suite_host]
+        if len(moved) >= SUSPECT_HOST_MIN and 2 * len(moved) > len(self.rerun):
+            return self.suite_host
+        return None
 
     def manifest(self) -> dict[str, Any]:
         return {
@@ -71,6 +94,10 @@ class Confirmation:
             "not_rerun": dict(list(self.not_rerun.items())[:MAX_FAILURE_ROWS]),
             "not_rerun_count": len(self.not_rerun),
             "junit": [str(p) for p in self.junit],
+            "suite_host": self.suite_host,
+            "round_hosts": self.round_hosts,
+            "passed_on": self.passed_on,
+            "suspect_host": self.suspect_host,
         }
 
     def metadata(self) -> dict[str, object]:
@@ -90,7 +117,7 @@ class Confirmation:
     def markdown(self) -> str:
         rows = ["| test | confirmation | attempts |", "| --- | --- | --- |"]
         passed, failing = self.passed_on_rerun.items(), self.confirmed_failing.items()
-        rows += [f"| {_cell(t)} | passed on confirmation re-run | {n} |" for t, n in passed]
+        rows += [f"| {_cell(t)} | passed on confirmation re-run{self._on(t)} | {n} |" for t, n in passed]
         rows += [f"| {_cell(t)} | failed every attempt | {n} |" for t, n in failing]
         left_out = list(self.not_rerun.items())
         rows += [f"| {_cell(t)} | not re-run: {_cell(why)} | |" for t, why in left_out[:MAX_FAILURE_ROWS]]
@@ -100,13 +127,27 @@ class Confirmation:
             f"{len(self.rerun)} failing test(s) re-run (up to {self.attempts} attempt(s) each): "
             f"{self.runs} run(s) in {self.seconds:.1f} s"
         )
+        if self.suspect_host is not None:
+            head += f"\n\n**Suspect host: {self.suspect_host}** ({self._moved_words()})"
         return head + "\n\n" + "\n".join(rows)
 
     def summary(self) -> str:
         """For the stage's one-line detail: "; 1 passed on a confirmation re-run", or ""."""
         if not self.passed_on_rerun:
             return ""
-        return f"; {len(self.passed_on_rerun)} passed on a confirmation re-run"
+        text = f"; {len(self.passed_on_rerun)} passed on a confirmation re-run"
+        if self.suspect_host is not None:
+            return f"{text}; suspect host {self.suspect_host} ({self._moved_words()})"
+        return text
+
+    def _on(self, test: str) -> str:
+        host = self.passed_on.get(test)
+        return f" on {host}" if host is not None and host != self.suite_host else ""
+
+    def _moved_words(self) -> str:
+        moved = sorted({h for h in self.passed_on.values() if h != self.suite_host})
+        passed = sum(h != self.suite_host for h in self.passed_on.values())
+        return f"{passed} of {len(self.rerun)} failing tests passed when re-run on {', '.join(moved)}"
 
 
 def select(
@@ -143,6 +184,7 @@ def confirm_failures(
     names the runner for the note when it cannot re-run (`rerunner` None)."""
     chosen, not_rerun = select(report, confirm, failing_before)
     done = Confirmation(report, attempts=confirm.attempts, not_rerun=not_rerun)
+    done.suite_host = rerunner.suite_host if rerunner is not None else None
     if not chosen:
         return done
     if rerunner is None:
@@ -169,8 +211,12 @@ def confirm_failures(
         if left <= 0:
             _unfinished(done, merged, pending, runs_each, f"the re-runs' {budget_s:.0f} s were spent")
             break
+        host = rerunner.host_of(number) if rerunner.host_of is not None else None
+        if host is not None:
+            done.round_hosts[number] = host
         log(
             f"confirming {len(pending)} failing test(s), re-run {number} of {rounds}"
+            + (f" on {host}" if host is not None else "")
             + (f" ({per_round} runs each)" if per_round > 1 else "")
             + f": {', '.join(list(pending)[:5])}{' …' if len(pending) > 5 else ''}"
         )
@@ -194,6 +240,8 @@ def confirm_failures(
                 took = case.attempts + runs_each + seen.index("passed") + 1
                 merged[test_id] = dataclasses.replace(case, outcome="passed", message=None, attempts=took)
                 done.passed_on_rerun[test_id] = took
+                if host is not None:
+                    done.passed_on[test_id] = host
                 done.runs += took - case.attempts
                 del pending[test_id]
         runs_each += per_round
@@ -211,6 +259,7 @@ def confirm_failures(
     log(
         f"confirmation: {len(done.passed_on_rerun)} passed on re-run, {len(done.confirmed_failing)} "
         f"failed every attempt, {len(done.not_rerun)} not re-run; {done.runs} run(s) in {done.seconds:.1f} s"
+        + (f"; suspect host {done.suspect_host} ({done._moved_words()})" if done.suspect_host else "")
     )
     return done
 
