@@ -322,6 +322,9 @@ def test_a_host_that_fails_many_tests_is_the_suspect_one_flaky_test_is_not() -> 
     )
     assert "**Suspect host: ssh://gpu-a**" in done.markdown()
     assert "passed on confirmation re-run on ssh://gpu-b" in done.markdown()
+    # Their failures were the host's: plain passes in the report, not flaky evidence.
+    attempts = {c.name: (c.outcome, c.attempts) for c in done.report.cases}
+    assert attempts["test_gpu_0"] == ("passed", 1) and attempts["test_gpu_3"] == ("failed", 3)
 
     # One test that passed elsewhere may as well be flaky: no suspect.
     report = _report({**STABLE, "test_flaky": "failed", "test_broken": "failed"})

@@ -251,6 +251,12 @@ def confirm_failures(
             done.confirmed_failing[test_id] = case.attempts + runs_each
             done.runs += runs_each
     done.seconds = time.monotonic() - started
+    if done.suspect_host is not None:
+        # The suspect host's failures are the machine's, not the tests': a test that passed once
+        # moved is a plain pass (not flaky evidence); the manifest keeps where it failed.
+        for test_id, host in done.passed_on.items():
+            if host != done.suite_host:
+                merged[test_id] = dataclasses.replace(merged[test_id], attempts=1)
     done.report = dataclasses.replace(
         report,
         cases=replaced_cases(report.cases, merged),  # type: ignore[arg-type]  # streamed stays streamed
