@@ -19,7 +19,8 @@ from pathlib import Path
 import docker  # type: ignore[import-untyped]
 import pytest
 
-from nightly_assets_tests.peers.docker import DockerEngine, peers_dir
+from nightly_assets_tests.peers.docker import DockerEngine
+from nightly_assets_tests.peers.shared import peers_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILD_SCRIPT = ROOT / "deploy" / "build-images.sh"

@@ -1,4 +1,4 @@
-"""The product's modules import in layers: no circle between files, and the stage kinds imported
+"""The product's modules, and the tests' own, import in layers: no circle between files, and the stage kinds imported
 only where the definitions are built (issue #28). Read from the source with `ast`, so every
 import counts: module level, inside a function (lazy), and under TYPE_CHECKING."""
 
@@ -8,6 +8,7 @@ from pathlib import Path
 import nightly_assets
 
 PACKAGE = "nightly_assets"
+TESTS = "nightly_assets_tests"
 ROOT = Path(nightly_assets.__file__).parent.parent
 STAGE_KINDS = f"{PACKAGE}.stage_kinds"
 # Who may import the stage kinds (besides their own modules), and why. The catalog, the runner
@@ -117,6 +118,16 @@ def test_no_module_imports_itself_through_others():
     found = circles(graph)
     assert found == [], "import circles (each a set of files importing one another): " + "; ".join(
         f"[{_files(circle, ROOT, PACKAGE)}]" for circle in found
+    )
+
+
+def test_no_test_module_imports_itself_through_others():
+    """The tests' own helpers (peers, harnesses, catalog writers) import in layers too."""
+    graph = import_graph(ROOT, TESTS)
+    assert len(graph) > 50  # the whole test package was read
+    found = circles(graph)
+    assert found == [], "import circles among the tests: " + "; ".join(
+        f"[{_files(circle, ROOT, TESTS)}]" for circle in found
     )
 
 

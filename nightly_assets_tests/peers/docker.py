@@ -34,6 +34,7 @@ import requests
 
 from nightly_assets_tests.peers import shared
 from nightly_assets_tests.peers.process import stop_process
+from nightly_assets_tests.peers.shared import peers_dir
 
 DOCKERD = "dockerd"
 DEBOOTSTRAP = "debootstrap"
@@ -70,11 +71,6 @@ BASE_CHANGES = (
 # sockaddr_un.sun_path is 108 bytes; containerd puts its own sockets under the exec root.
 _MAX_SOCKET_PATH = 90
 _PING_ERRORS = (docker.errors.DockerException, requests.exceptions.RequestException, OSError)
-
-
-def peers_dir() -> Path:
-    """The cache root shared by all peers: ``$NIGHTLY_PEERS_DIR`` or ``/tmp/nightly-peers``."""
-    return Path(os.environ.get("NIGHTLY_PEERS_DIR") or "/tmp/nightly-peers")
 
 
 @dataclass

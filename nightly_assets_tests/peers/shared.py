@@ -46,13 +46,16 @@ def hand_over(pidfile: Path) -> bool:
     return True
 
 
+def peers_dir() -> Path:
+    """The cache root shared by all peers: ``$NIGHTLY_PEERS_DIR`` or ``/tmp/nightly-peers``."""
+    return Path(os.environ.get("NIGHTLY_PEERS_DIR") or "/tmp/nightly-peers")
+
+
 def stop_owned(config: pytest.Config) -> None:
     """In the controller at the end of the run: stop every peer that one of its workers started."""
     run_id = config.stash.get(_RUN_ID, None)
     if run_id is None:
         return
-    from nightly_assets_tests.peers.docker import peers_dir
-
     for owner in peers_dir().glob(f"*/{OWNER_FILE}"):
         try:
             owner_run, pidfile = owner.read_text().split()
