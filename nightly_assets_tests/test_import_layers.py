@@ -1,6 +1,6 @@
-"""The product's modules, and the tests' own, import in layers: no circle between files, and the stage kinds imported
-only where the definitions are built (issue #28). Read from the source with `ast`, so every
-import counts: module level, inside a function (lazy), and under TYPE_CHECKING."""
+"""The product's modules, and the tests' own, import in layers: no circle between files, and the
+stage kinds imported only where the definitions are built (issue #28). Read from the source with
+`ast`, so every import counts: module level, inside a function (lazy), and under TYPE_CHECKING."""
 
 import ast
 from pathlib import Path
