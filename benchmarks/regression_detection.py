@@ -10,10 +10,14 @@ better, half throughputs). Shapes it was designed on: Gaussian noise of 0.5 to 3
 with no regression (Gaussian noise on top; see `_movement`): linear trends, weekly seasonality,
 random walks, mean-reverting level drifts and device changes (a new baseline each, replayed apart
 as perf_baseline keys baselines by device configuration); then the first four STRONG times as
-large. Changes, on every shape but quiet: steps of 5 to 30 % for the worse (the truth), steps for
-the better and fixes of an earlier regression (not regressions), slow drifts of 6 to 15 % over 4 to
-8 nights (the truth night: the first night 5 % worse), and steps of 1 to 2 % (neither required nor
-false when alerted).
+large. Zig-zag shapes (issue #40): nights that alternate about the level (a period-2 swing or
+anti-correlated AR(1) noise, 0.5 to 2 %, on a little Gaussian noise), with the steps below and, as
+false-alarm control, without any (zigzag_quiet); and the shape the issue reported, a level of about
+0.9 under a zig-zag of 0.4 to 0.75 that steps once to about 4 (see `_clear_zigzag_step`).
+Changes, on every other shape but the quiet ones: steps of 5 to 30 % for the worse (the truth),
+steps for the better and fixes of an earlier regression (not regressions), slow drifts of 6 to 15 %
+over 4 to 8 nights (the truth night: the first night 5 % worse), and steps of 1 to 2 % (neither
+required nor false when alerted).
 
 A re-measurement draws the night's measurement again (the same level, fresh noise) when the detector
 would alert; the alert stands when it lies nearer the new level than the old, else it becomes the
@@ -53,7 +57,9 @@ MOVING = ("trend", "seasonal", "random_walk", "level_drift", "device_change")
 # (10 % weekly swings, 1.5 % random-walk steps), where a moving level is hard to tell from a step.
 STRONG = 2.5
 HARSH = ("strong_trend", "strong_seasonal", "strong_random_walk", "strong_level_drift")
-SHAPES = DESIGNED + MOVING + HARSH
+# Nights that alternate about their level (issue #40), with steps, without, and the reported one.
+ZIGZAG = ("zigzag", "zigzag_quiet", "zigzag_clear_step")
+SHAPES = DESIGNED + MOVING + HARSH + ZIGZAG
 FIRST_NIGHT = dt.date(2026, 1, 1)
 TARGET_FALSE_PER_100 = 0.5  # issue #26: at most one false page per 200 nights of a benchmark
 TARGET_RECALL = 0.8
@@ -145,7 +151,11 @@ def _movement(shape: str, nights: int, rng: random.Random, series: Series) -> li
     - level_drift: a mean-reverting level (AR(1), 10 to 30 nights' memory, 1 to 3 % wide), such as
       thermals or a neighbour's load;
     - device_change: every 20 to 60 nights another card, driver or framework build moves the
-      level 5 to 30 % either way, recorded as a new configuration (a new baseline).
+      level 5 to 30 % either way, recorded as a new configuration (a new baseline);
+    - zigzag (and zigzag_quiet): nights that alternate about the level, 0.5 to 2 % wide (two
+      hosts or a cache warm every other night): half the series a period-2 swing, half
+      anti-correlated AR(1) noise (lag-1 autocorrelation -0.5 to -0.9). A movement of the level,
+      not measurement noise: a re-measurement on the same night keeps its side of the swing.
     """
     factor = [1.0] * nights
     strength = STRONG if shape.startswith("strong_") else 1.0
@@ -176,19 +186,53 @@ def _movement(shape: str, nights: int, rng: random.Random, series: Series) -> li
             for i in range(t, nights):
                 factor[i] = scale
             t += rng.randint(20, 60)
+    elif shape in ("zigzag", "zigzag_quiet"):
+        width = rng.uniform(0.005, 0.02)
+        if rng.random() < 0.5:
+            phase = rng.randrange(2)
+            factor = [1 + width * (-1) ** (i + phase) for i in range(nights)]
+        else:
+            phi = -rng.uniform(0.5, 0.9)
+            x = rng.gauss(0, width)
+            for i in range(nights):
+                x = phi * x + rng.gauss(0, width * math.sqrt(1 - phi * phi))
+                factor[i] = 1 + x
     return factor
 
 
+def _clear_zigzag_step(rng: random.Random) -> Series:
+    """The series issue #40 reported: a level of about 0.9 whose nights alternate 0.4 to 0.75 above
+    and below it (with 2 to 5 % of Gaussian noise on top), then one step to about 4 (3.7 to 4.3),
+    several times the swing, which every annotator marked. A throughput drops the other way (from
+    about 4 to about 0.9), so the step is a regression either way."""
+    nights = rng.randint(90, 150)
+    lower_is_better = rng.random() < 0.5
+    series = Series("zigzag_clear_step", [], lower_is_better)
+    low, high, swing = rng.uniform(0.85, 0.95), rng.uniform(3.7, 4.3), rng.uniform(0.4, 0.75)
+    first, second = (low, high) if lower_is_better else (high, low)
+    t, phase = rng.randint(20, nights - 20), rng.randrange(2)
+    jitter = rng.uniform(0.02, 0.05)
+    series.noise = Noise("zigzag_clear_step", sigma=jitter, mode_gap=0.0, mode_share=0.0, quiet_sigma=0.0)
+    series.level = [(first if i < t else second) + swing * (-1) ** (i + phase) for i in range(nights)]
+    series.values = [level * series.noise.draw(rng) for level in series.level]
+    series.regressions.append((t, t))
+    return series
+
+
 def simulate(shape: str, rng: random.Random) -> Series:
+    if shape == "zigzag_clear_step":
+        return _clear_zigzag_step(rng)
     nights = rng.randint(90, 150)
     lower_is_better = rng.random() < 0.5
     worse = 1.0 if lower_is_better else -1.0
     series = Series(shape, [], lower_is_better)
-    steps = [1.0] * nights if shape == "quiet" else _steps(series, nights, worse, rng)
+    no_steps = shape in ("quiet", "zigzag_quiet")
+    steps = [1.0] * nights if no_steps else _steps(series, nights, worse, rng)
     movement = _movement(shape, nights, rng, series)
     series.noise = Noise(
         shape,
-        sigma=rng.uniform(0.005, 0.03),
+        # Under a zig-zag a little Gaussian noise: the swing is most of the spread.
+        sigma=rng.uniform(0.001, 0.005) if shape.startswith("zigzag") else rng.uniform(0.005, 0.03),
         mode_gap=rng.uniform(0.04, 0.08),
         mode_share=rng.uniform(0.1, 0.35),
         quiet_sigma=rng.choice([0.002, 0.01, 0.02]),
@@ -331,7 +375,7 @@ DETECTORS: dict[str, Callable[[Series], list[int]]] = {
     "change points": detector_alerts,
     "change points, re-measured": remeasured_alerts,
 }
-GROUPS = (("designed", DESIGNED), ("moving level", MOVING), ("strongly moving", HARSH))
+GROUPS = (("designed", DESIGNED), ("moving level", MOVING), ("strongly moving", HARSH), ("zig-zag", ZIGZAG))
 
 
 def main() -> dict[str, float]:

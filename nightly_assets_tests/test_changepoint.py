@@ -1,10 +1,21 @@
 """The change-point detector on small hand-made series (its scores are in benchmarks/)."""
 
 import datetime as dt
+import itertools
+import random
+import statistics
 
 import pytest
 
-from nightly_assets.benchmarks.changepoint import Point, Replay, Settings, _kruskal_wallis, assess, confirms
+from nightly_assets.benchmarks.changepoint import (
+    Point,
+    Replay,
+    Settings,
+    _kruskal_wallis,
+    _step_spread,
+    assess,
+    confirms,
+)
 
 START = dt.date(2026, 10, 1)
 NOISE = [0.0, 0.004, -0.003, 0.002, -0.001, 0.003, -0.004, 0.001, -0.002, 0.0, 0.002, -0.003]
@@ -152,3 +163,54 @@ def test_a_wandering_level_is_wider_noise_not_a_change() -> None:
     assert [c for c in assess(series(walk), lower_is_better=True).change_points if c.worse] == []
     spread_ignored = assess(series(walk), lower_is_better=True, settings=Settings(step_noise=False))
     assert [c.first_bad for c in spread_ignored.change_points if c.worse] == [night(7)]
+
+
+def zigzag(n: int, level: float, swing: float, step_at: int | None = None, to: float = 0.0) -> list[float]:
+    """Nights that alternate `swing` above and below `level` (two hosts taking turns), with a little
+    noise of their own, moving to the level `to` from night `step_at` on."""
+    return [
+        (to if step_at is not None and i >= step_at else level)
+        + swing * (-1) ** i
+        + 5 * NOISE[i % len(NOISE)]
+        for i in range(n)
+    ]
+
+
+def test_a_clear_step_under_zigzag_noise_is_found_on_its_night() -> None:
+    """Issue #40: a level of 0.9 whose nights alternate 0.2 and 1.6 steps to 4 on night 30, over four
+    times the swing. Consecutive nights differ by twice the swing, so their spread (over sqrt 2) made
+    the noise 1.5 and hid the step; nights two apart, on the same side of the swing, do not."""
+    values = zigzag(40, 0.9, 0.7, step_at=30, to=4.0)
+    worse = [c for c in assess(series(values), lower_is_better=True).change_points if c.worse]
+    assert [c.first_bad for c in worse] == [night(30)] and worse[0].confirmed <= night(32)
+    # The new level: the median of the nights that confirmed it, each on one side of the swing.
+    assert 0.8 < worse[0].before < 1.0 and 4.0 - 0.8 < worse[0].after < 4.0 + 0.8
+    # A throughput falling from 4 to 0.9 under the same swing: a regression the other way.
+    drop = zigzag(40, 4.0, 0.7, step_at=30, to=0.9)
+    assert [c.first_bad for c in assess(series(drop), lower_is_better=False).change_points] == [night(30)]
+
+
+def test_a_zigzag_without_a_step_gives_no_change_point() -> None:
+    for swing in (0.05, 0.3, 0.7):
+        values = zigzag(90, 1.0 + swing, swing)
+        for lower_is_better in (True, False):
+            assert assess(series(values), lower_is_better=lower_is_better).change_points == ()
+
+
+def test_the_night_to_night_spread_takes_steps_two_nights_apart_only_where_the_nights_alternate() -> None:
+    swing = zigzag(20, 1.0, 0.5)
+    consecutive = _step_spread(swing[:4], 0.01)  # too few nights to test: consecutive steps
+    assert consecutive == pytest.approx(
+        statistics.median(abs(b - a) for a, b in itertools.pairwise(swing[:4])) * 1.4826 / 2**0.5
+    )
+    assert consecutive > 1.0  # twice the swing a step
+    assert _step_spread(swing, 0.01) < 0.1  # two apart: only the nights' own noise
+    # Independent nights and a wander keep the consecutive steps: Gaussian noise, and the random
+    # walk of test_a_wandering_level_is_wider_noise_not_a_change above (its nights 0 to 19).
+    rng = random.Random(40)
+    independent = [100.0 + rng.gauss(0, 1) for _ in range(20)]
+    walk = [102.0, 102.3, 99.6, 101.4, 101.0, 104.9, 106.7, 105.7, 108.6, 108.2, 106.9, 105.0, 103.4]
+    walk += [102.4, 101.5, 100.5, 102.0, 101.0, 100.8, 100.1]
+    for nights in (independent, walk):
+        steps = [abs(b - a) for a, b in itertools.pairwise(nights)]
+        assert _step_spread(nights, 0.01) == pytest.approx(statistics.median(steps) * 1.4826 / 2**0.5)

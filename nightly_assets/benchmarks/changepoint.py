@@ -14,7 +14,9 @@ level, in one direction, by
 
 The noise is never less than the night-to-night spread (the MAD of the steps between consecutive
 nights, over sqrt(2)): a level that wanders, a random walk or a drift, is wider noise, not a
-change each time it has wandered far from its median.
+change each time it has wandered far from its median. Where the nights alternate (a zig-zag: the
+lag-1 autocorrelation below what independent nights reach at 1 %), the steps are taken two nights
+apart: consecutive ones hold the swing twice and would hide a step several times the noise.
 
 A weekly pattern (weekend nights on a quieter cluster) is taken out first: when the regime's last
 `season_window` nights differ by weekday (a Kruskal-Wallis test at 1 %), each night is compared
@@ -277,12 +279,7 @@ class Replay:
             ref = [seasonless(i) for i in range(max(self.start, c - self.s.window), c)]
         noise = self._noise(ref, level)
         if self.s.step_noise and len(ref) >= 4:
-            # A level that wanders (a random walk, a drift) spreads night to night more than around
-            # its median: the noise is the larger of the two (the MAD of the steps, over sqrt(2)
-            # since a step holds two nights' noise); four nights give three steps, the fewest
-            # whose median ignores one outlier.
-            steps = [abs(b - a) for a, b in itertools.pairwise(ref)]
-            noise = max(noise, statistics.median(steps) * 1.4826 / math.sqrt(2))
+            noise = max(noise, _step_spread(ref, self.s.alpha))
         post = [(seasonless(i) - level) * self.sign for i in range(c, t + 1)]
         m = len(post)
         z = self.s.z_two if m <= 2 or single else self.s.z_three if m == 3 else self.s.z_more
@@ -321,6 +318,37 @@ class Replay:
         ref = self._reference(t) if t > self.start else [self.values[t]]
         state: State = "suspect" if self.suspect else "ok"
         return Assessment(state, statistics.median(ref), len(ref), found, None)
+
+
+def _step_spread(ref: Sequence[float], alpha: float) -> float:
+    """The night-to-night spread of `ref` (four nights at least): the noise a wandering level shows.
+
+    A level that wanders (a random walk, a drift) spreads night to night more than around its
+    median: the MAD of the steps between consecutive nights, over sqrt(2) since a step holds two
+    nights' noise. Four nights give three steps, the fewest whose median ignores one outlier.
+
+    That sqrt(2) holds when neighbouring nights' noise is independent. Where it alternates (a
+    zig-zag: two hosts taking turns, a cache warm every other night), the residuals' lag-1
+    autocorrelation r is negative and a step holds the same swing twice in opposite directions: its
+    variance is 2 (1 - r) times a night's, up to twice what sqrt(2) assumes, so a step several times
+    the nights' own spread around their level would hide in it (issue #40). Steps two nights apart
+    compare nights on the same side of the swing: variance 2 (1 - r2), with r2 >= 0 for a zig-zag
+    (r^2 for anti-correlated AR(1) noise, 1 for a strict swing), still two nights' noise and still
+    widening with a wander, so they take over where the nights alternate. Whether they do is a test
+    (as the weekly pattern is), not a cut-off of our own: r below what independent nights reach at
+    the rank test's level, r being then about normal with mean -1/n and variance 1/n. One outlier
+    leaves r near -1/n, no zig-zag; independent or wandering nights (r near 0 or above) keep the
+    consecutive steps as before. Five nights at least, for three steps two apart."""
+    n = len(ref)
+    lag = 1
+    if n >= 5:
+        mean = statistics.fmean(ref)
+        spread = sum((v - mean) ** 2 for v in ref)
+        r = sum((a - mean) * (b - mean) for a, b in itertools.pairwise(ref)) / spread if spread else 0.0
+        if r < -1 / n + statistics.NormalDist().inv_cdf(alpha) / math.sqrt(n):
+            lag = 2
+    steps = [abs(ref[i] - ref[i - lag]) for i in range(lag, n)]
+    return statistics.median(steps) * 1.4826 / math.sqrt(2)
 
 
 def _commits(good: Pins, bad: Pins) -> dict[str, tuple[str | None, str | None]]:
