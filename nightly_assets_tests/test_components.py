@@ -14,6 +14,8 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
+import yaml
+from jsonschema import Draft202012Validator
 
 from nightly_assets.catalog.component import NightlyPipeline
 from nightly_assets.catalog.loader import BUILTIN_CATALOG_DIR, COMPONENT_TYPE, CatalogError, load_catalog
@@ -110,6 +112,59 @@ def test_dg_check_yaml_passes_on_the_catalog_and_names_file_and_field_of_a_typo(
     where = f"{path}:4 - {COMPONENT_TYPE} attributes.titel"
     assert f"{where} Additional properties are not allowed ('titel' was unexpected)" in result.stdout
     assert "'title' is a required property" in result.stdout
+
+    # A misspelt `stages` and a stage param its kind does not take, or of the wrong value: each named
+    # with its file and field (the schema types `params` by the stage's kind).
+    text = path.read_text().replace("\n  titel: ", "\n  title: ").replace("\n  stages:", "\n  stagez:")
+    path.write_text(text.replace("{repo: nightlysample, builder: pip}", "{repo: nightlysample, bilder: pip}"))
+    result = run_dg(project, env, "check", "yaml", str(path.parent))
+    assert result.returncode == 1
+    assert "Additional properties are not allowed ('stagez' was unexpected)" in result.stdout
+    assert "'stages' is a required property" in result.stdout
+    path.write_text(text.replace("\n  stagez:", "\n  stages:").replace("builder: pip}", "builder: poetry}"))
+    result = run_dg(project, env, "check", "yaml", str(path.parent))
+    assert result.returncode == 1
+    assert "'poetry' is not one of ['pip', 'container', 'bazel']" in result.stdout
+
+
+def test_every_shipped_pipeline_meets_the_component_schema_and_bad_params_do_not():
+    """What `dg check yaml <folder>` does for each folder (the whole-project run checks only one
+    file per component type in dg 1.13.27), in one process: every shipped defs.yaml against the
+    component's JSON schema, and a stage param its kind does not take refused."""
+    schema = NightlyPipeline.get_model_cls().model_json_schema()
+    validator = Draft202012Validator(schema)
+    files = sorted((ROOT / "nightly_assets" / "defs").glob("*/defs.yaml"))
+    assert len(files) >= 8
+    for path in files:
+        attributes = _as_dg_reads(path)
+        assert [e.message for e in validator.iter_errors(attributes)] == [], path
+    demo = _as_dg_reads(ROOT / "nightly_assets/defs/demo/defs.yaml")
+    wheels = next(s for s in demo["stages"] if s["kind"] == "wheels")
+    wheels["params"]["bilder"] = "pip"
+    errors = [(list(e.absolute_path), e.message) for e in validator.iter_errors(demo)]
+    index = demo["stages"].index(wheels)
+    assert errors == [
+        (["stages", index, "params"], "Additional properties are not allowed ('bilder' was unexpected)")
+    ]
+    wheels["kind"] = "wheelz"
+    assert any("'wheelz' is not one of" in e.message for e in validator.iter_errors(demo))
+
+
+def _as_dg_reads(path: Path) -> dict:
+    """A defs.yaml's attributes as `dg check yaml` validates them: dates stay strings."""
+    return json.loads(json.dumps(yaml.safe_load(path.read_text())["attributes"], default=str))
+
+
+def test_a_catalog_without_runners_yaml_names_the_shipped_one(tmp_path):
+    (tmp_path / "demo").mkdir()
+    shutil.copy(ROOT / "nightly_assets/defs/demo/defs.yaml", tmp_path / "demo")
+    with pytest.raises(CatalogError) as raised:
+        load_catalog(tmp_path)
+    shipped = ROOT / "nightly_assets" / "defs" / "runners.yaml"
+    assert str(raised.value) == (
+        f"{tmp_path / 'runners.yaml'}: file not found; a catalog's runners and pools live there: start "
+        f"from the shipped one, {shipped} (copy it and keep the runners your pipelines name)"
+    )
 
 
 def test_dg_list_defs_lists_every_pipelines_assets_jobs_and_schedules(dg_env):

@@ -30,6 +30,7 @@ from nightly_assets.catalog.loader import (
     load_runners,
     pipeline_from_attributes,
 )
+from nightly_assets.catalog.kinds import registered_kinds
 from nightly_assets.catalog.models import Pipeline
 
 
@@ -42,7 +43,28 @@ class PipelineAttributes(BaseModel):
 
     @classmethod
     def model_json_schema(cls, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        return Pipeline.model_json_schema(*args, **kwargs)
+        return params_by_kind(Pipeline.model_json_schema(*args, **kwargs))
+
+
+def params_by_kind(schema: dict[str, Any]) -> dict[str, Any]:
+    """`schema` (the Pipeline's) with each stage's `kind` one of the registered kinds and its
+    `params` typed by that kind's params model (JSON Schema if/then), so that `dg check yaml` and an
+    editor reject a misspelt or mistyped param as the catalog loader does. Each kind's models go in
+    `$defs` as `<kind>__<Model>`: two kinds may name a model alike."""
+    defs = schema.setdefault("$defs", {})
+    stage = defs["Stage"]
+    kinds = registered_kinds()
+    stage["properties"]["kind"] = {"enum": sorted(kinds), "title": "Kind", "type": "string"}
+    rules = []
+    for kind, rule in sorted(kinds.items()):
+        params = rule.params.model_json_schema(ref_template=f"#/$defs/{kind}__{{model}}")
+        for name, model in params.pop("$defs", {}).items():
+            defs[f"{kind}__{name}"] = model
+        defs[f"{kind}__params"] = params
+        then = {"properties": {"params": {"$ref": f"#/$defs/{kind}__params"}}}
+        rules.append({"if": {"properties": {"kind": {"const": kind}}, "required": ["kind"]}, "then": then})
+    stage["allOf"] = rules
+    return schema
 
 
 TEMPLATE = """\

@@ -53,6 +53,12 @@ def load_catalog(directory: Path | None = None, only: str | None = None) -> Cata
 def load_runners(directory: Path) -> tuple[dict[str, Any], dict[str, Runner]]:
     """runners.yaml: the pools' limits and the runners, each validated."""
     runners_file = directory / RUNNERS_FILE
+    if not runners_file.is_file() and directory.is_dir():
+        shipped = BUILTIN_CATALOG_DIR / RUNNERS_FILE
+        raise CatalogError(
+            f"{runners_file}: file not found; a catalog's runners and pools live there: start from the "
+            f"shipped one, {shipped} (copy it and keep the runners your pipelines name)"
+        )
     runners_doc = _read_yaml(runners_file)
     runners = {}
     for name, body in _mapping(runners_file, runners_doc, "runners").items():
