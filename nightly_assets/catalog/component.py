@@ -24,13 +24,13 @@ from typing import Any
 import dagster as dg
 from pydantic import BaseModel, ConfigDict
 
+from nightly_assets.catalog.kinds import registered_kinds
 from nightly_assets.catalog.loader import (
     DEFS_FILE,
     build_catalog,
     load_runners,
     pipeline_from_attributes,
 )
-from nightly_assets.catalog.kinds import registered_kinds
 from nightly_assets.catalog.models import Pipeline
 
 
