@@ -1,5 +1,6 @@
-"""JUnit shapes the plain tests do not reach: retries written as repeated testcases (Xcode) and
-attribute values long enough that expat would rescan them (cut by junit_values.LongValueCutter)."""
+"""JUnit shapes the plain tests do not reach: repeated testcases, retries where the suite's `tests`
+says so (Xcode through trainer) and distinct tests sharing a name otherwise (Jest, Mocha, Surefire),
+and attribute values long enough that expat would rescan them (cut by junit_values.LongValueCutter)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from nightly_assets.testing import junit, junit_values
+from nightly_assets.testing import junit, junit_stream, junit_values
 from nightly_assets.testing.junit import iter_junit, parse_junit
-from nightly_assets.testing.junit_values import MAX_MESSAGE_CHARS, TRUNCATED
+from nightly_assets.testing.junit_values import MAX_MESSAGE_CHARS, MAX_NAME_CHARS, TRUNCATED
+
+DATA = Path(__file__).parent / "data" / "junit"
 
 
 def _write(tmp_path: Path, body: str, name: str = "report.xml") -> Path:
@@ -20,8 +23,9 @@ def _write(tmp_path: Path, body: str, name: str = "report.xml") -> Path:
     return path
 
 
-def test_repeated_testcases_are_attempts_of_one_test(tmp_path: Path) -> None:
-    # Xcode's -retry-tests-on-failure: each try is the same <testcase> again, the last one last.
+def test_repeated_testcases_are_attempts_of_one_test_where_the_suite_counts_tests(tmp_path: Path) -> None:
+    # Xcode's -retry-tests-on-failure through trainer: each try is the same <testcase> again, the
+    # last one last, and the suite's `tests` counts the tests (3), not the tries (6).
     tries = [
         ("testFlaky", "1.0", '<failure message="try 1"/>'),
         ("testFlaky", "2.0", '<failure message="try 2"/>'),
@@ -32,7 +36,7 @@ def test_repeated_testcases_are_attempts_of_one_test(tmp_path: Path) -> None:
     ]
     path = _write(
         tmp_path,
-        '<testsuite name="AppTests">'
+        '<testsuite name="AppTests" tests="3">'
         + "".join(
             f'<testcase classname="AppTests.Login" name="{name}" time="{time}">{detail}</testcase>'
             for name, time, detail in tries
@@ -73,9 +77,10 @@ def test_distinct_tests_with_one_name_stay_apart(tmp_path: Path) -> None:
 
 
 def test_a_retry_before_a_fault_is_kept_merged(tmp_path: Path) -> None:
+    # The third testcase passes `tests="2"`: the suite holds re-runs, known before the fault.
     path = tmp_path / "cut.xml"
     path.write_text(
-        '<testsuite name="s"><testcase classname="c" name="t"><failure message="m"/></testcase>'
+        '<testsuite name="s" tests="2"><testcase classname="c" name="t"><failure message="m"/></testcase>'
         '<testcase classname="c" name="t"/><testcase classname="c" name="u"/><testcase',
         "utf-8",
     )
@@ -85,6 +90,174 @@ def test_a_retry_before_a_fault_is_kept_merged(tmp_path: Path) -> None:
         ("u", "passed", 1),
         (junit.UNREADABLE_REPORT, "error", 1),
     ]
+
+
+def test_repeats_before_a_fault_in_a_suite_not_yet_outnumbered_stay_distinct(tmp_path: Path) -> None:
+    # The count never passed `tests` before the file broke off: no re-run is known.
+    path = tmp_path / "cut.xml"
+    path.write_text(
+        '<testsuite name="s" tests="5"><testcase classname="c" name="t"><failure message="m"/></testcase>'
+        '<testcase classname="c" name="t"/><testcase classname="c" name="u"/><testcase',
+        "utf-8",
+    )
+    report = junit.parse_junit_files([path], "s")
+    assert [(c.name, c.outcome, c.attempts) for c in report.cases] == [
+        ("t", "failed", 1),
+        ("t (2)", "passed", 1),
+        ("u", "passed", 1),
+        (junit.UNREADABLE_REPORT, "error", 1),
+    ]
+
+
+def _counted(report: junit.TestReport) -> tuple[int, int, int]:
+    return report.total, report.count("failed"), len(report.flaky)
+
+
+def test_jest_tests_sharing_a_name_are_kept_apart() -> None:
+    # jest-junit: two `it("removes an item")` in one describe; `tests="4"` counts both.
+    report = parse_junit(DATA / "jest_same_name.xml", "web")
+    assert [(c.node_id, c.outcome, c.attempts) for c in report.cases] == [
+        ("Cart::Cart adds an item", "passed", 1),
+        ("Cart::Cart removes an item", "failed", 1),
+        ("Cart::Cart removes an item (2)", "passed", 1),
+        ("Cart::Cart totals the prices", "passed", 1),
+    ]
+    assert _counted(report) == (4, 1, 0)
+
+
+def test_mocha_tests_sharing_a_name_are_kept_apart() -> None:
+    # mocha-junit-reporter: name is the full title, classname the test's own title.
+    report = parse_junit(DATA / "mocha_same_name.xml", "web")
+    assert [(c.node_id, c.outcome) for c in report.cases] == [
+        ("parses a number::parser parses a number", "failed"),
+        ("parses a number::parser parses a number (2)", "passed"),
+        ("rejects garbage::parser rejects garbage", "passed"),
+    ]
+    assert _counted(report) == (3, 1, 0)
+
+
+def test_surefire_repeated_names_without_rerun_markers_are_distinct_tests() -> None:
+    # Parameterized JUnit 5 tests as older Surefire names them: the method name only, once each.
+    report = parse_junit(DATA / "surefire_same_name.xml", "java")
+    assert [(c.name, c.outcome, c.attempts) for c in report.cases] == [
+        ("slugifies", "passed", 1),
+        ("slugifies (2)", "failed", 1),
+        ("slugifies (3)", "passed", 1),
+        ("trimsDashes", "passed", 1),
+    ]
+    assert len({c.node_id for c in report.cases}) == 4
+    assert _counted(report) == (4, 1, 0)
+
+
+def test_surefire_reruns_inside_a_testcase_are_still_attempts() -> None:
+    # <flakyFailure>/<rerunFailure> children mark the reruns, whatever the suite counts.
+    report = parse_junit(DATA / "surefire_reruns.xml", "java")
+    assert report.total == 6
+    assert [(c.name, c.attempts) for c in report.flaky] == [("evictsOldest", 3), ("loadsConfig", 2)]
+
+
+def test_xcode_retries_counted_as_tests_are_attempts_of_one_test() -> None:
+    # trainer: `tests="3"` for five testcases, each retry written right after the try before it.
+    report = parse_junit(DATA / "xcode_retries.xml", "ios")
+    assert [(c.name, c.outcome, c.attempts) for c in report.cases] == [
+        ("testSignsIn()", "passed", 2),
+        ("testSignsOut()", "failed", 2),
+        ("testShowsBanner()", "passed", 1),
+    ]
+    flaky = report.flaky
+    assert [(c.node_id, c.duration_s) for c in flaky] == [("AppTests.LoginTests::testSignsIn()", 2.1)]
+    last_try = 'XCTAssertEqual failed: ("2") is not equal to ("0") (LoginTests.swift:48)'
+    assert report.cases[1].message == last_try
+    assert _counted(report) == (3, 1, 1)
+
+
+def test_repeats_in_a_suite_without_a_tests_count_are_distinct_tests(tmp_path: Path) -> None:
+    # No `tests` attribute: the file claims no re-run, and a test dropped or a pass made "flaky"
+    # would be worse than a retry read as a second test.
+    path = _write(
+        tmp_path,
+        '<testsuite name="s"><testcase classname="c" name="t"><failure message="m"/></testcase>'
+        '<testcase classname="c" name="t"/><testcase classname="c" name="u"/></testsuite>',
+    )
+    report = parse_junit(path, "s")
+    assert [(c.name, c.outcome, c.attempts) for c in report.cases] == [
+        ("t", "failed", 1),
+        ("t (2)", "passed", 1),
+        ("u", "passed", 1),
+    ]
+    assert report.flaky == ()
+
+
+_EACH_KEPT = [
+    ("t", "failed", 1),
+    ("t (2)", "passed", 1),
+    ("u", "passed", 1),
+    ("v", "failed", 1),
+    ("v (2)", "failed", 1),
+]
+
+
+@pytest.mark.parametrize(
+    ("tests", "expected"),
+    [
+        # Counted tests, not tries: the inner suite's five testcases pass its 3 at the fourth.
+        ("3", [("t", "passed", 2), ("u", "passed", 1), ("v", "failed", 2)]),
+        # Counted tries: as many tests as testcases, each kept.
+        ("5", _EACH_KEPT),
+        ("not a count", _EACH_KEPT),
+    ],
+)
+def test_held_repeats_come_out_in_document_order(
+    tmp_path: Path, tests: str, expected: list[tuple[str, str, int]]
+) -> None:
+    fail = '<failure message="m"/>'
+    path = _write(
+        tmp_path,
+        '<testsuite name="outer" tests="9"><testcase classname="o" name="before"/>'
+        f'<testsuite name="inner" tests="{tests}">'
+        f'<testcase classname="c" name="t">{fail}</testcase><testcase classname="c" name="t"/>'
+        f'<testcase classname="c" name="u"/><testcase classname="c" name="v">{fail}</testcase>'
+        f'<testcase classname="c" name="v">{fail}</testcase></testsuite>'
+        '<testcase classname="o" name="after"/></testsuite>',
+    )
+    cases = [(c.name, c.outcome, c.attempts) for c in iter_junit(path)]
+    assert cases == [("before", "passed", 1), *expected, ("after", "passed", 1)]
+
+
+def test_a_suite_closing_ends_a_run_of_repeats(tmp_path: Path) -> None:
+    # The same name in the enclosing suite after a nested one is another test, not a retry.
+    path = _write(
+        tmp_path,
+        '<testsuite name="a" tests="1"><testsuite name="b" tests="1"><testcase classname="c" name="t"/>'
+        '</testsuite><testcase classname="c" name="t"/></testsuite>',
+    )
+    assert [(c.name, c.attempts) for c in iter_junit(path)] == [("t", 1), ("t", 1)]
+
+
+def test_past_the_hold_limit_undecided_repeats_wait_apart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(junit_stream, "MAX_HELD_CASES", 3)
+    others = "".join(f'<testcase classname="c" name="o{i}"/>' for i in range(6))
+    path = _write(
+        tmp_path,
+        '<testsuite name="s" tests="7"><testcase classname="c" name="t"><failure message="m"/></testcase>'
+        f'<testcase classname="c" name="t"/>{others}</testsuite>',
+    )
+    cases = [(c.name, c.attempts) for c in iter_junit(path)]
+    # Past 3 held, the cases behind the undecided run go on; the run follows once the eighth
+    # testcase passes `tests="7"` (re-runs: one test, two attempts). No case is lost.
+    assert cases == [("o0", 1), ("o1", 1), ("o2", 1), ("o3", 1), ("t", 2), ("o4", 1), ("o5", 1)]
+    assert "held back" in caplog.text
+
+
+def test_a_repeat_of_a_capped_name_keeps_its_number(tmp_path: Path) -> None:
+    long = "n" * (MAX_NAME_CHARS + 50)
+    case = f'<testcase classname="c" name="{long}"/>'
+    path = _write(tmp_path, f'<testsuite name="s">{case}{case}</testsuite>')
+    first, second = iter_junit(path)
+    assert len(second.name) <= MAX_NAME_CHARS and second.name.endswith(TRUNCATED + " (2)")
+    assert first.name != second.name
 
 
 def test_a_long_message_is_kept_as_the_cap_shows_it(tmp_path: Path) -> None:

@@ -23,8 +23,9 @@ from nightly_assets.warehouse.tables import TestCaseTable, TestEvidenceTable
 
 KEY = NightKey("nightly", dt.date(2024, 5, 10), "linux-x86_64")
 
+# tests="6" for seven testcases: the repeated test_retried is a retry (junit_stream._Scope).
 JUNIT = """<?xml version="1.0"?>
-<testsuites><testsuite name="pytest" time="4.5">
+<testsuites><testsuite name="pytest" tests="6" time="4.5">
   <testcase classname="tests.test_a" name="test_one" time="0.5"/>
   <testcase classname="tests.test_a" name="test_two" time="1,5">
     <failure message="boom">trace</failure>

@@ -5,9 +5,19 @@ Gradle (with `<flakyFailure>`/`<rerunFailure>` reruns), jest-junit, go-junit-rep
 GoogleTest, with `<testsuite>`s nested to any depth. Each file is streamed (junit_stream.py), so
 memory holds the cases read so far, not the tree (and past STREAM_ABOVE_BYTES not those either: see
 streamed_cases.py); attribute values past MAX_ATTRIBUTE_BYTES are cut before the parser sees them
-(linear time whatever the shape, see junit_values.py). A test retried as the same <testcase>
-written again right after (Xcode, Gradle's test-retry) is one case: its attempts the tries, its
-outcome the last one's. What is wrong with a bad file is told by junit_errors.py.
+(linear time whatever the shape, see junit_values.py). What is wrong with a bad file is told by
+junit_errors.py.
+
+Repeats (a <testcase> with the classname and name of the one right before it, in the same suite):
+tries of one test only where the file marks them as re-runs, i.e. the suite's `tests` attribute is
+below its number of testcases (the Xcode retries fastlane's trainer writes): one case, its attempts
+the tries, its outcome and message the last one's. Reruns written inside one testcase (Surefire's and
+Gradle's mergeReruns `<flakyFailure>`/`<rerunFailure>`/`<flakyError>`/`<rerunError>`) are attempts
+too. Otherwise (no `tests`, or as many as the testcases: Jest, Mocha and Surefire tests that share a
+name, Gradle's test-retry without mergeReruns, xcbeautify) each repeat is a test of its own, the
+second named "name (2)", the third "name (3)", in order within the run, so that no two share a node
+id (the warehouse, merge_shard_reports and the flakiness history key tests by it). Which writer does
+what: junit_stream._Scope.
 
 Identity (`TestCase.node_id` = classname::name): the `classname` attribute when it is set and
 differs from the case's name (pytest, Surefire, Gradle, gtest, go-junit-report: unchanged from

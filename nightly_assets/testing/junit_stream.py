@@ -1,8 +1,9 @@
 """One pass over one JUnit file (``JUnitStream``): streamed through defusedxml's parser with a target
 that keeps only the open <testcase>, so memory holds the cases read so far, not the tree; attribute
-values past MAX_ATTRIBUTE_BYTES are cut before the parser sees them (junit_values.py). A test
-retried as the same <testcase> written again right after (Xcode, Gradle's test-retry) is one case:
-its attempts the tries, its outcome the last one's. How a case is named is in junit.py's docstring.
+values past MAX_ATTRIBUTE_BYTES are cut before the parser sees them (junit_values.py). Repeated
+testcases (the same classname and name written again right after, in the same suite) are tries of one
+test only where the suite says so (its `tests` below its testcases: see `_Scope`); otherwise each is a
+test of its own, named apart. How a case is named is in junit.py's docstring.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ import dataclasses
 import logging
 import math
 import re
-from collections import Counter
+import sys
+from collections import Counter, deque
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -55,6 +57,9 @@ _SKIPPED_RESULT = frozenset({"suppressed", "skipped"})
 _GROUPED_SECONDS = re.compile(r"\d{1,3}(?:,\d{3})+(?:\.\d*)?")  # "1,234.5" (thousands grouped)
 _DECIMAL_COMMA = re.compile(r"\d+,\d+")  # "0,25" (a comma for the decimal point)
 _SECONDS_CACHE_SIZE = 65536  # times repeat ("0.001"): one float object per distinct text
+# Cases held back in document order while a suite's count is not known yet (see `_Scope`): past
+# this (some 20 MB of cases), the undecided repeats wait apart and the rest goes on out of order.
+MAX_HELD_CASES = 100_000
 
 
 class JUnitStream:
@@ -246,6 +251,85 @@ class _Node:
         self.reruns = 0
 
 
+class _Scope:
+    """A counted <testsuites>/<testsuite> being read: whether its repeated testcases (the same
+    classname and name again, right after) are tries of one test (`retries`), once that is known
+    (`decided`).
+
+    Only the file can say so, and writers differ (their sources, checked):
+    - fastlane's trainer (xcresult to JUnit, behind `scan`/`run_tests`) writes each try of a test
+      that Xcode's -retry-tests-on-failure re-ran as its own <testcase>, one after the other, and
+      the suite's `tests` without them (xcresult.rb `test_cases_count`; the older junit.xml.erb
+      `number_of_tests_excluding_retries`). A suite whose testcases outnumber its `tests` holds
+      re-runs: its repeats are tries.
+    - Maven Surefire (rerunFailingTestsCount) and Gradle with `reports.junitXml.mergeReruns` (6.8+)
+      write one <testcase> with <flakyFailure>/<rerunFailure>/... children: reruns inside the case
+      (`_Node.reruns`), whatever the count.
+    - Gradle without mergeReruns (the test-retry plugin) and xcbeautify's `--report junit` write
+      each try as a <testcase> and count it as a test (`tests` = testcases: Gradle's
+      TestClassResult.getTestsCount, xcbeautify's JunitReporter), and nothing else in the file
+      marks it. Their tries cannot be told from distinct tests that share a name (jest-junit,
+      mocha-junit-reporter and Surefire write those, with the same count), so they are read as
+      distinct tests: a test that vanishes or flaky evidence made up is worse than a retry shown
+      as two tests.
+    No `tests` attribute: decided at once, distinct (the file claims no re-run). Otherwise it is
+    counted as it is read (`count`, a nested scope's added when it closes): decided for retries as
+    soon as the count passes `tests`, else only when it closes. It cannot be decided at its start:
+    `tests` is known there, the count is not, and a re-run can come before the count passes
+    `tests`. So a run of repeats waits (`_Target.pending`), with the cases after it to keep the
+    document's order, until its scope is decided; a file without repeats holds nothing back.
+    """
+
+    __slots__ = ("count", "decided", "declared", "retries")
+
+    def __init__(self, declared: int | None) -> None:
+        self.count = 0
+        # Past any count when there is nothing to compare with, so the check never fires.
+        self.declared = sys.maxsize if declared is None else declared
+        self.decided = declared is None
+        self.retries = False
+
+
+class _Run:
+    """Repeated testcases (two or more in a row: one scope, classname and name), as read."""
+
+    __slots__ = ("scope", "tries")
+
+    def __init__(self, scope: _Scope, tries: list[TestCase]) -> None:
+        self.scope = scope
+        self.tries = tries
+
+    def cases(self) -> list[TestCase]:
+        """Once the scope is decided: one test whose attempts are the tries and whose outcome and
+        message are the last one's, or each a test of its own, the second on named "name (2)"."""
+        tries = self.tries
+        if self.scope.retries:
+            return [
+                dataclasses.replace(
+                    tries[-1],
+                    attempts=sum(t.attempts for t in tries),
+                    duration_s=sum(t.duration_s for t in tries),
+                )
+            ]
+        cases = [tries[0]]
+        for number, case in enumerate(tries[1:], start=2):
+            suffix = f" ({number})"  # kept whole past a capped name: it is what tells them apart
+            name = cap(case.name, MAX_NAME_CHARS - len(suffix)) + suffix
+            cases.append(dataclasses.replace(case, name=name))
+        return cases
+
+
+def _declared(raw: str | None) -> int | None:
+    """A suite's `tests` attribute as a count; None when absent or not a count."""
+    if raw is None:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        return None
+    return value if value >= 0 else None
+
+
 class _Target:
     """The parser's target: follows the suites, keeps the open <testcase> and its direct children
     (and the leading text of its <failure>/<error>/<skipped>), and turns each finished case into a
@@ -267,17 +351,23 @@ class _Target:
         self.text_of: _Node | None = None  # the case's child whose leading text is being read
         self.parts: list[str] = []
         self.expat: Any = None  # pyexpat's parser: text is handed to `data` only while it counts
-        # The last case, held back until the next one shows it was not retried (see `end`), and
-        # the count of suites opened when it was read (a retry is in the same suite).
+        self.scopes: list[_Scope] = []  # the open counted containers, innermost last
+        # The last case, held back until the next one shows whether it is repeated (see `end`),
+        # and its repeats so far; a suite opening or closing ends the run.
         self.held: TestCase | None = None
-        self.held_suite = 0
-        self.suites_opened = 0
+        self.tries: list[TestCase] = []
+        # Cases and runs behind a run whose scope is not decided, in document order (see _Scope);
+        # past MAX_HELD_CASES the undecided runs wait `apart` and the rest goes to `done`.
+        self.pending: deque[TestCase | _Run] = deque()
+        self.apart: list[_Run] = []
 
     def flush(self) -> None:
-        """The held case is final: the document ended or broke off."""
-        if self.held is not None:
-            self.done.append(self.held)
-            self.held = None
+        """Every case is final: the document ended or broke off. A scope left open by a fault
+        was not counted to its end: its repeats stay distinct tests."""
+        self._end_run()
+        for scope in self.scopes:
+            scope.decided = True
+        self._release()
 
     def start(self, tag: str, attributes: list[str]) -> None:
         # The hottest code here (several calls per case): names inlined, no helper calls.
@@ -307,16 +397,18 @@ class _Target:
         in_container = bool(containers) and containers[-1]
         counted = (not containers or in_container) and tag in ROOT_TAGS
         containers.append(counted)
-        if counted and tag == _SUITE_TAG:
-            self.suites_opened += 1
+        if counted:
             attrib = dict(zip(attributes[::2], attributes[1::2], strict=True))
-            name = attrib.get("name") or ""
-            if not self.suite_names:
-                self.stream._outermost_suite(attrib, name)
-            self.suite_names.append(name)
-            self.names_open[name] += 1
-            qualifier = self.qualifiers[-1]
-            self.qualifiers.append(cap(node_id_of(qualifier, name), MAX_NAME_CHARS) if name else qualifier)
+            self._end_run()  # a repeat is in the same suite, with no suite between
+            self.scopes.append(_Scope(_declared(attrib.get("tests"))))
+            if tag == _SUITE_TAG:
+                name = attrib.get("name") or ""
+                if not self.suite_names:
+                    self.stream._outermost_suite(attrib, name)
+                self.suite_names.append(name)
+                self.names_open[name] += 1
+                outer = self.qualifiers[-1]
+                self.qualifiers.append(cap(node_id_of(outer, name), MAX_NAME_CHARS) if name else outer)
         elif in_container and tag == _CASE_TAG:
             self.case = _Node(tag, dict(zip(attributes[::2], attributes[1::2], strict=True)))
 
@@ -334,24 +426,96 @@ class _Target:
                 self.case, self.index, self.suite_names, self.names_open, self.qualifiers
             )
             self.case = None
+            scope = self.scopes[-1]  # a <testcase> is read only inside a counted container
+            count = scope.count = scope.count + 1
+            if count > scope.declared:
+                self._outnumbered(scope)
             held = self.held
-            if (
-                held is not None
-                and self.held_suite == self.suites_opened
-                and held.name == case.name
-                and held.classname == case.classname
-            ):
-                # Xcode writes a retried test as the same <testcase> again, right after the last
-                # try: one test whose attempts are the tries and whose outcome is the last one's.
-                case = dataclasses.replace(
-                    case, attempts=held.attempts + case.attempts, duration_s=held.duration_s + case.duration_s
-                )
-            elif held is not None:
+            if held is not None:
+                if held.name == case.name and held.classname == case.classname:
+                    self.tries.append(case)  # tries or distinct tests: see _Scope
+                    return
+                if self.tries:
+                    self._end_run()
+                elif self.pending:
+                    self._hold(held)
+                else:
+                    self.done.append(held)
+            self.held = case
+        elif self.containers.pop():  # a counted one (it has no namespace)
+            if tag == _SUITE_TAG:
+                self.names_open[self.suite_names.pop()] -= 1
+                self.qualifiers.pop()
+            self._end_run()
+            scope = self.scopes.pop()
+            scope.decided = True  # if not already: its count did not pass its `tests`
+            if self.scopes:
+                parent = self.scopes[-1]
+                parent.count += scope.count
+                if parent.count > parent.declared:
+                    self._outnumbered(parent)
+            self._release()
+
+    def _outnumbered(self, scope: _Scope) -> None:
+        """The scope holds more testcases than its `tests`: re-runs (see _Scope)."""
+        scope.decided = scope.retries = True
+        scope.declared = sys.maxsize
+        self._release()
+
+    def _end_run(self) -> None:
+        """The held case, with its repeats, goes on: it is in the innermost open scope."""
+        held = self.held
+        if held is None:
+            return
+        self.held = None
+        item: TestCase | _Run = held
+        if self.tries:
+            item = _Run(self.scopes[-1], [held, *self.tries])
+            self.tries = []
+            if item.scope.decided and not self.pending:
+                self.done.extend(item.cases())
+                return
+        elif not self.pending:
+            self.done.append(held)
+            return
+        self._hold(item)
+
+    def _hold(self, item: TestCase | _Run) -> None:
+        pending = self.pending
+        pending.append(item)
+        if len(pending) <= MAX_HELD_CASES:
+            return
+        # Memory stays bounded: the undecided runs wait apart, the rest goes on out of order.
+        self.stream._warn(
+            f"more than {MAX_HELD_CASES} test cases held back until a suite's count is known; "
+            "its repeated testcases are listed after the cases that follow them"
+        )
+        for held in pending:
+            if not isinstance(held, _Run):
                 self.done.append(held)
-            self.held, self.held_suite = case, self.suites_opened
-        elif self.containers.pop() and tag == _SUITE_TAG:  # (a counted one has no namespace)
-            self.names_open[self.suite_names.pop()] -= 1
-            self.qualifiers.pop()
+            elif held.scope.decided:
+                self.done.extend(held.cases())
+            else:
+                self.apart.append(held)
+        pending.clear()
+
+    def _release(self) -> None:
+        """The held-back cases whose scopes are decided go on, in order."""
+        if self.apart:
+            done = [run for run in self.apart if run.scope.decided]
+            self.apart = [run for run in self.apart if not run.scope.decided]
+            for run in done:
+                self.done.extend(run.cases())
+        pending = self.pending
+        while pending:
+            item = pending[0]
+            if not isinstance(item, _Run):
+                self.done.append(item)
+            elif item.scope.decided:
+                self.done.extend(item.cases())
+            else:
+                return
+            pending.popleft()
 
     def data(self, text: str) -> None:
         if self.text_of is not None:
