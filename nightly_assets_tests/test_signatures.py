@@ -6,6 +6,8 @@ import pytest
 from nightly_assets.testing.signatures import (
     common_resource,
     exception_line,
+    group_line,
+    grouped,
     is_generic,
     is_known_infra,
     resource,
@@ -154,3 +156,17 @@ def test_the_resource_a_message_names() -> None:
     assert resource("RuntimeError: failed at kernel.cu:412") is None
     assert resource(None) is None
     assert common_resource(["x to db:5432", "y to db:5432", "z to cache:6379", None]) == "db:5432"
+
+
+def test_failures_grouped_by_signature_largest_first() -> None:
+    failures: list[tuple[str, str | None]] = [
+        (f"t{i}", f"ConnectionRefusedError: connect to db:{5000 + i} refused") for i in range(3)
+    ]
+    failures += [("u", "KeyError: 'weight'"), ("v", None)]
+    groups = grouped(failures)
+    assert groups == [
+        ("ConnectionRefusedError: connect to <addr> refused", ["t0", "t1", "t2"]),
+        ("KeyError: 'weight'", ["u"]),
+    ]
+    assert group_line(*groups[0]) == "3 tests: `ConnectionRefusedError: connect to <addr> refused`"
+    assert group_line(*groups[1]) == "u: `KeyError: 'weight'`"

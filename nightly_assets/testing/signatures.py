@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 MAX_SIGNATURE = 200  # a signature names a failure, it does not reproduce a tensor dump
 _SCAN = 2_000  # of the message: the exception line is near its end or its start
@@ -126,3 +126,19 @@ def common_resource(messages: Iterable[str | None]) -> str | None:
     """The resource most of the messages name (ties: the first named)."""
     named = Counter(r for r in map(resource, messages) if r)
     return named.most_common(1)[0][0] if named else None
+
+
+def grouped(failures: Iterable[tuple[str, str | None]]) -> list[tuple[str, list[str]]]:
+    """(test, message) failures grouped by signature, the largest group first: (signature, tests).
+    A failure without a message is left out (it has no signature)."""
+    groups: dict[str, list[str]] = {}
+    for test, message in failures:
+        sig = signature(message)
+        if sig is not None:
+            groups.setdefault(sig, []).append(test)
+    return sorted(groups.items(), key=lambda item: (-len(item[1]), item[0]))
+
+
+def group_line(sig: str, tests: Sequence[str]) -> str:
+    """ "23 tests: `ConnectionRefusedError: … <addr>`" (one test: named)."""
+    return f"{len(tests)} tests: `{sig}`" if len(tests) > 1 else f"{tests[0]}: `{sig}`"
