@@ -53,7 +53,18 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from benchmarks.flaky_outages import (
+    OUTAGE_SHARE,
+    SCENARIOS,
+    Scenario,
+    crash_message,
+    events_score,
+    own_signature,
+    resource_message,
+)
+from nightly_assets.testing.clusters import infra_for, night_clusters, outages
 from nightly_assets.testing.flakiness import Observation, Pins, classify, infra_nights, is_wholesale
+from nightly_assets.testing.signatures import signature
 
 # The issue's replay (issue #26): 180 nights x 5,000 tests, 8 % flaky, half the suites not
 # retrying, a 30-night window; the other figures are the earlier benchmark's, stated in the
@@ -88,7 +99,7 @@ SMOKE_BROKEN = NIGHTS - 10
 OUTAGE = ("bazel_gpu", (100, 101, 102))  # a runner down three nights: still an outage for infra_nights
 INFRA_CHANCE, RERUN_CHANCE, RERUN_AFTER_INFRA = 0.03, 0.08, 0.5
 
-Run = tuple[str, int]  # (outcome, attempts)
+Run = tuple[str, int, str | None]  # (outcome, attempts, the failure's signature)
 
 
 @dataclass
@@ -104,6 +115,8 @@ class SimTest:
     first: int = 0  # the night it was added
     # per stream ("confirmed", "unconfirmed"): its observation each night from `first` on
     seen: dict[str, list[Observation]] = field(default_factory=dict)
+    broken_signature: str | None = None  # its own failure when broken, and when flaking
+    flaky_signature: str | None = None
 
     def fail_rate(self, night: int) -> float:
         if not self.phases:
@@ -127,12 +140,14 @@ def _rates(rng: random.Random) -> tuple[float, float]:
     return start, min(start * math.exp(rng.uniform(-math.log(TREND), math.log(TREND))), FLAKE_RATES[1])
 
 
-def _tests(rng: random.Random) -> tuple[list[SimTest], set[tuple[int, str]]]:
-    """The tests with their truth, and the (night, repo) pins that must move: breaks and fixes."""
+def _tests(rng: random.Random, words: random.Random) -> tuple[list[SimTest], set[tuple[int, str]]]:
+    """The tests with their truth, and the (night, repo) pins that must move: breaks and fixes;
+    their failures' messages drawn from `words` (its own stream: the history stays as it was)."""
     tests: list[SimTest] = []
     for suite, (attempts, count) in SUITES.items():
         for _ in range(count):
             test = SimTest(len(tests), suite, attempts)
+            test.broken_signature, test.flaky_signature = own_signature(words), own_signature(words)
             if rng.random() < FLAKY_SHARE:
                 test.phases = [(0, *_rates(rng))]
             roll = rng.random() if suite != "smoke" else 1.0  # smoke: small, never skipped
@@ -186,30 +201,59 @@ def _attempts(rate: float, start: int, stop: int, rng: random.Random) -> int:
 
 
 def _suite_run(
-    tests: list[SimTest], night: int, crashed: bool, noisy: bool, rng: random.Random, cost: Counter[str]
+    tests: list[SimTest],
+    night: int,
+    crashed: bool,
+    noisy: bool,
+    rng: random.Random,
+    cost: Counter[str],
+    down: dict[int, str] | None = None,
+    back: bool = False,
 ) -> list[Run]:
-    """One run of a suite's tests that are not skipped: (outcome, attempts) with confirmation,
-    and the same run's outcome without it (tallied after the confirmed ones)."""
-    own: list[tuple[str, int, float]] = []
+    """One run of a suite's tests that are not skipped: (outcome, attempts, signature) with
+    confirmation, and the same run's outcome without it (tallied after the confirmed ones).
+    `down`: the tests (index) a shared resource fails in this run, with the message; where they
+    are left out of it (the resource back for the confirmation), the re-runs give their own."""
+    own: list[tuple[str, int, float, str | None]] = []
     for test in tests:
         if crashed and rng.random() < 0.9:  # the rest ran before the crash
-            own.append(("error", 1, 1.0))
+            own.append(("error", 1, 1.0, signature(crash_message(night))))
+            continue
+        if down and test.index in down:
+            own.append(("failed", test.attempts, 1.0, signature(down[test.index])))
             continue
         factor = NOISY_FACTOR if noisy else 1.0
         rate = 1.0 if test.broken_on(night) else min(test.fail_rate(night) * factor, 1.0)
+        sig = test.broken_signature if test.broken_on(night) else test.flaky_signature
         passed = _attempts(rate, 1, test.attempts + 1, rng) if rate else 1
-        own.append(("passed", passed, rate) if passed else ("failed", test.attempts, rate))
-    failed = [i for i, (outcome, _, _) in enumerate(own) if outcome != "passed"]
-    confirmed = [(o, a) for o, a, _ in own]
+        own.append(
+            ("passed", passed, rate, sig if passed > 1 else None)
+            if passed
+            else ("failed", test.attempts, rate, sig)
+        )
+    failed = [i for i, (outcome, *_) in enumerate(own) if outcome != "passed"]
+    confirmed: list[Run] = [(o, a, sig) for o, a, _, sig in own]
     if is_wholesale(len(own), len(failed)):
         cost["not confirmed: wholesale"] += len(failed)
     else:
+        # as confirm.select: an infra cluster's failures last, its re-runs decide nothing
+        clustered = {
+            int(i) for ts in night_clusters((str(i), own[i][3]) for i in failed).values() for i in ts
+        }
+        failed.sort(key=lambda i: i in clustered)
         cost["not confirmed: over the cap"] += len(failed[CONFIRM_MAX_TESTS:])
         for i in failed[:CONFIRM_MAX_TESTS]:
-            attempts, rate = tests[i].attempts, own[i][2]
-            passed = _attempts(rate, attempts + 1, attempts + CONFIRM_ATTEMPTS + 1, rng)
-            confirmed[i] = ("passed", passed) if passed else (own[i][0], attempts + CONFIRM_ATTEMPTS)
-    return [*confirmed, *((o, a) for o, a, _ in own)]
+            test, rate, sig = tests[i], own[i][2], own[i][3]
+            if down and test.index in down and not back:  # still down for the re-runs
+                confirmed[i] = (own[i][0], test.attempts + CONFIRM_ATTEMPTS, sig)
+                continue
+            if down and test.index in down:  # back: the test's own chance
+                rate = 1.0 if test.broken_on(night) else test.fail_rate(night)
+            passed = _attempts(rate, test.attempts + 1, test.attempts + CONFIRM_ATTEMPTS + 1, rng)
+            confirmed[i] = (
+                ("passed", passed, sig) if passed else (own[i][0], test.attempts + CONFIRM_ATTEMPTS, sig)
+            )
+    return [*confirmed, *((o, a, sig) for o, a, _, sig in own)]
 
 
 class _Observer:
@@ -217,27 +261,42 @@ class _Observer:
 
     def __init__(self, pins: list[Pins]) -> None:
         self.pins = pins
-        self.cache: dict[tuple[int, str, int, tuple[str, ...]], Observation] = {}
+        self.cache: dict[tuple[int, str, int, str | None, tuple[str, ...]], Observation] = {}
         self.tallies: dict[tuple[str, str], dict[dt.date, tuple[int, int]]] = {}
+        self.clusters: dict[tuple[str, str], dict[dt.date, set[str]]] = {}  # night -> signatures
 
     def observe(self, night: int, run: Run, earlier: tuple[str, ...] = ()) -> Observation:
         key = (night, *run, earlier)
         if key not in self.cache:
-            self.cache[key] = Observation(_day(night), self.pins[night], run[0], run[1], earlier)
+            self.cache[key] = Observation(_day(night), self.pins[night], run[0], run[1], earlier, run[2])
         return self.cache[key]
 
     def tally(self, stream: str, suite: str, night: int, runs: list[Run]) -> None:
-        ran = [o for o, _ in runs if o != "skipped"]
+        ran = [o for o, _, _ in runs if o != "skipped"]
         failed = sum(o != "passed" for o in ran)
         self.tallies.setdefault((stream, suite), {})[_day(night)] = (len(ran), failed)
+        # the night's clusters, as warehouse.evidence finds them (a wholesale night's are left out)
+        failures = [(str(i), sig) for i, (o, a, sig) in enumerate(runs) if o != "passed" or a > 1]
+        if not is_wholesale(len(ran), failed) and (found := set(night_clusters(failures))):
+            self.clusters.setdefault((stream, suite), {})[_day(night)] = found
 
 
-def _simulate(rng: random.Random) -> tuple[list[SimTest], list[Pins], _Observer, Counter[str]]:
-    tests, forced = _tests(rng)
+def _simulate(
+    rng: random.Random, scenario: Scenario
+) -> tuple[list[SimTest], list[Pins], _Observer, Counter[str], set[tuple[str, int]]]:
+    tests, forced = _tests(rng, random.Random(SEED + 1))
     pins = _pins(rng, forced)
     crashes = {(s, n) for s in SUITES for n in range(NIGHTS) if rng.random() < INFRA_CHANCE}
     crashes |= {(OUTAGE[0], n) for n in OUTAGE[1]}
     hit = {n for _, n in crashes}
+    # a shared resource down for part of a suite (its own stream: the rest of the history stays)
+    drawn = random.Random(SEED + 2)
+    down = {
+        (s, n): (drawn.random(), drawn.randrange(len(SUITES)))
+        for s in SUITES
+        for n in range(NIGHTS)
+        if drawn.random() < scenario.outage_chance and (s, n) not in crashes
+    }
     reruns = {n for n in range(NIGHTS) if rng.random() < (RERUN_AFTER_INFRA if n in hit else RERUN_CHANCE)}
     observer, cost = _Observer(pins), Counter[str]()
     for test in tests:
@@ -248,35 +307,48 @@ def _simulate(rng: random.Random) -> tuple[list[SimTest], list[Pins], _Observer,
             members = [t for t in by_suite[suite] if night >= t.first]
             ran = [t for t in members if not rng.random() < t.skip_rate]
             noisy = rng.random() < NOISY_CHANCE
-            runs = [_suite_run(ran, night, (suite, night) in crashes, noisy, rng, cost)]
-            if night in reruns:
-                runs.append(_suite_run(ran, night, False, noisy, rng, cost))
+            failing: dict[int, str] = {}
+            if (suite, night) in down:
+                seed, kind = down[suite, night]
+                hits = random.Random(seed).sample(ran, round(OUTAGE_SHARE * len(ran)))
+                failing = {t.index: resource_message(kind, t.index) for t in hits}
+            crashed = (suite, night) in crashes
+            runs = [_suite_run(ran, night, crashed, noisy, rng, cost, failing, scenario.back_for_reruns)]
+            if night in reruns:  # a later run of the night: the resource back, or still down
+                again = {} if scenario.back_for_reruns else failing
+                runs.append(_suite_run(ran, night, False, noisy, rng, cost, again))
             _cost(ran, runs[-1][: len(ran)], cost)
             outcomes = {t.index: [r[i :: len(ran)] for r in runs] for i, t in enumerate(ran)}
             for stream, pick in (("confirmed", 0), ("unconfirmed", 1)):
                 last = [runs[-1][pick * len(ran) + i] for i in range(len(ran))]
                 observer.tally(stream, suite, night, last)
                 first = [runs[0][pick * len(ran) + i] for i in range(len(ran))]
-                first_infra = is_wholesale(len(first), sum(o != "passed" for o, _ in first))
+                first_infra = is_wholesale(len(first), sum(o != "passed" for o, _, _ in first))
+                # as warehouse.evidence.earlier_run: a failure of the earlier run in a cluster says nothing
+                first_failed = [
+                    (str(t.index), r[2]) for t, r in zip(ran, first, strict=True) if r[0] != "passed"
+                ]
+                first_clustered = {int(i) for ts in night_clusters(first_failed).values() for i in ts}
                 for test in members:
                     if test.index not in outcomes:
-                        test.seen[stream].append(observer.observe(night, ("skipped", 1)))
+                        test.seen[stream].append(observer.observe(night, ("skipped", 1, None)))
                         continue
                     per_run = [r[pick] for r in outcomes[test.index]]
                     earlier: tuple[str, ...] = ()
                     if (
                         len(per_run) > 1
                         and not first_infra
+                        and test.index not in first_clustered
                         and (per_run[0][0] == "passed") != (per_run[-1][0] == "passed")
                     ):
                         earlier = ("failed" if per_run[0][0] != "passed" else "passed",)
                     test.seen[stream].append(observer.observe(night, per_run[-1], earlier))
-    return tests, pins, observer, cost
+    return tests, pins, observer, cost, set(down)
 
 
 def _cost(ran: list[SimTest], confirmed: list[Run], cost: Counter[str]) -> None:
     """Confirmation re-runs of the night's last run (attempts beyond the runner's own)."""
-    for test, (outcome, attempts) in zip(ran, confirmed, strict=True):
+    for test, (outcome, attempts, _) in zip(ran, confirmed, strict=True):
         extra = attempts - test.attempts
         if extra > 0:
             cost["re-run attempts"] += extra
@@ -292,23 +364,38 @@ def _day(night: int) -> dt.date:
 class Stream:
     alerts: list[tuple[int, int, bool]] = field(default_factory=list)  # (test, night, true)
     flaky_verdicts: dict[int, str] = field(default_factory=dict)  # test -> state at the newest night
+    events: set[tuple[str, int, str]] = field(default_factory=set)  # infra events: (suite, night, signature)
     seconds: float = 0.0
 
 
-def _window_infra(observer: _Observer, stream: str, night: int) -> dict[str, set[dt.date]]:
+Clusters = dict[str, dict[dt.date, set[str]]]  # suite -> night -> outage signatures
+
+
+def _window_infra(
+    observer: _Observer, stream: str, night: int, clusters: bool
+) -> tuple[dict[str, set[dt.date]], Clusters]:
+    """The window's wholesale nights per suite and, with `clusters`, its infra clusters (outages)."""
     days = {_day(n) for n in range(max(0, night - WINDOW + 1), night + 1)}
-    return {
-        suite: infra_nights({d: t for d, t in observer.tallies[stream, suite].items() if d in days})
-        for suite in SUITES
-    }
+    infra, found = {}, {}
+    for suite in SUITES:
+        tallies = {d: t for d, t in observer.tallies[stream, suite].items() if d in days}
+        infra[suite] = infra_nights(tallies)
+        if clusters:
+            by_night = observer.clusters.get((stream, suite), {})
+            window = {d: sigs for d, sigs in by_night.items() if d in days and d not in infra[suite]}
+            found[suite] = outages(window, sorted(tallies))
+    return infra, found
 
 
-def _replay(tests: list[SimTest], observer: _Observer, stream: str) -> Stream:
-    """Every night's new broken verdicts, as the test_health stage finds them."""
+def _replay(tests: list[SimTest], observer: _Observer, stream: str, clusters: bool = True) -> Stream:
+    """Every night's new broken verdicts and infra events, as the test_health stage finds them
+    (without `clusters`: as it did before them)."""
     found, broken_before = Stream(), set[int]()
     start = time.perf_counter()
     for night in range(NIGHTS):
-        infra = _window_infra(observer, stream, night)
+        infra, outage = _window_infra(observer, stream, night, clusters)
+        for suite, by_night in outage.items():
+            found.events |= {(suite, night, sig) for sig in by_night.get(_day(night), ())}
         broken: set[int] = set()
         for test in tests:
             if night < test.first:
@@ -321,7 +408,8 @@ def _replay(tests: list[SimTest], observer: _Observer, stream: str) -> Stream:
             if tonight.outcome == "passed":
                 continue
             window = seen[max(0, night - WINDOW + 1 - test.first) : night - test.first + 1]
-            if classify(window, infra=infra[test.suite]).state == "broken":
+            mine = infra_for(window, infra[test.suite], outage.get(test.suite, {}))
+            if classify(window, infra=mine).state == "broken":
                 broken.add(test.index)
                 if test.index not in broken_before:
                     found.alerts.append((test.index, night, test.broken_on(night)))
@@ -329,7 +417,8 @@ def _replay(tests: list[SimTest], observer: _Observer, stream: str) -> Stream:
     for test in tests:
         seen = test.seen[stream]
         window = seen[max(0, NIGHTS - WINDOW - test.first) :]
-        found.flaky_verdicts[test.index] = classify(window, infra=infra[test.suite]).state
+        mine = infra_for(window, infra[test.suite], outage.get(test.suite, {}))
+        found.flaky_verdicts[test.index] = classify(window, infra=mine).state
     found.seconds = time.perf_counter() - start
     return found
 
@@ -412,17 +501,53 @@ TARGETS: dict[str, tuple[str, float]] = {  # name: (direction, target) from issu
 CHECK: dict[str, Callable[[float, float], bool]] = {">=": lambda v, t: v >= t, "<=": lambda v, t: v <= t}
 
 
-def main() -> dict[str, float]:
+ROWS = (
+    ("broken alerts sent", "alerts"),
+    ("  true (test broken that night)", "true alerts"),
+    ("  repeats of an alerted break", "repeat alerts"),
+    ("nights with a false alert", "nights with a false alert"),
+    ("false broken alerts a night", "false_alerts_per_night"),
+    ("breaks with a usable night", "breaks"),
+    ("broken alert precision", "broken_alert_precision"),
+    ("broken alert recall", "broken_alert_recall"),
+    ("median delay (nights)", "broken_alert_median_delay"),
+    ("tests called flaky at the newest night", "flaky called"),
+    ("flaky tests with a failure in the window", "flaky with a failure"),
+    ("flaky precision", "flaky_precision"),
+    ("flaky recall", "flaky_recall"),
+    ("outages simulated (suite-nights)", "outages"),
+    ("infra events found", "infra events"),
+    ("infra event precision", "infra_event_precision"),
+    ("infra event recall", "infra_event_recall"),
+)
+RATIOS = {"false_alerts_per_night", "infra_event_precision", "infra_event_recall"}
+
+
+def _table(columns: dict[str, dict[str, float]]) -> None:
+    """The rows of each column (the first one is judged against its target)."""
+    first = next(iter(columns.values()))
+    print(f"\n  {'':44} " + " ".join(f"{name:>14}" for name in columns) + "  target")
+    for label, name in ROWS:
+        target = ""
+        if name in TARGETS:
+            op, value = TARGETS[name]
+            target = f"{op} {value:g}: {'met' if CHECK[op](first[name], value) else 'NOT MET'}"
+        fmt = "{:14.2f}" if name in TARGETS or name in RATIOS else "{:14.0f}"
+        print(f"  {label:<44} " + " ".join(fmt.format(c[name]) for c in columns.values()) + f"  {target}")
+
+
+def _scenario(scenario: Scenario) -> dict[str, dict[str, float]]:
     rng = random.Random(SEED)
     start = time.perf_counter()
-    tests, _, observer, cost = _simulate(rng)
+    tests, _, observer, cost, down = _simulate(rng, scenario)
     simulated = time.perf_counter() - start
     flaky = sum(bool(t.phases) for t in tests)
     no_retry = sum(count for attempts, count in SUITES.values() if attempts == 1)
     print(
-        f"flaky detection, the alert stream: {NIGHTS} nights x {len(tests):,} tests in {len(SUITES)} suites"
+        f"\n== {scenario.name}: {NIGHTS} nights x {len(tests):,} tests in {len(SUITES)} suites"
         f" ({no_retry:,} in suites that never retry), {flaky} flaky at some point, {BREAKS} breaking"
-        f" commits + smoke broken wholesale, seed {SEED}; simulated in {simulated:.1f} s"
+        f" commits + smoke broken wholesale, {len(down)} outages of {OUTAGE_SHARE:.0%} of a suite,"
+        f" seed {SEED}; simulated in {simulated:.1f} s"
     )
     print(
         f"  confirmation ({CONFIRM_ATTEMPTS} re-runs, at most {CONFIRM_MAX_TESTS} tests a suite-night):"
@@ -431,43 +556,43 @@ def main() -> dict[str, float]:
         f" passed on a re-run; not confirmed: {cost['not confirmed: over the cap']:,} failures over the cap,"
         f" {cost['not confirmed: wholesale']:,} of wholesale failures"
     )
-    scores = {}
-    for stream in ("confirmed", "unconfirmed"):
-        found = _replay(tests, observer, stream)
-        scores[stream] = _score(tests, observer, stream, found)
-        print(f"  replayed the {stream} stream in {found.seconds:.1f} s")
-    with_, without = scores["confirmed"], scores["unconfirmed"]
-    print(f"\n  {'':44} {'confirmed':>10} {'unconfirmed':>12}  target")
-    for label, name in (
-        ("broken alerts sent", "alerts"),
-        ("  true (test broken that night)", "true alerts"),
-        ("  repeats of an alerted break", "repeat alerts"),
-        ("nights with a false alert", "nights with a false alert"),
-        ("breaks with a usable night", "breaks"),
-        ("broken alert precision", "broken_alert_precision"),
-        ("broken alert recall", "broken_alert_recall"),
-        ("median delay (nights)", "broken_alert_median_delay"),
-        ("tests called flaky at the newest night", "flaky called"),
-        ("flaky tests with a failure in the window", "flaky with a failure"),
-        ("flaky precision", "flaky_precision"),
-        ("flaky recall", "flaky_recall"),
-    ):
-        target = ""
-        if name in TARGETS:
-            op, value = TARGETS[name]
-            target = f"{op} {value:g}: {'met' if CHECK[op](with_[name], value) else 'NOT MET'}"
-        fmt = "{:10.2f} {:12.2f}" if name in TARGETS else "{:10.0f} {:12.0f}"
-        print(f"  {label:<44} " + fmt.format(with_[name], without[name]) + f"  {target}")
-    false_with = with_["alerts"] - with_["true alerts"]
-    false_without = without["alerts"] - without["true alerts"]
-    print(
-        f"  false broken alerts: {false_with:.0f} confirmed vs {false_without:.0f} unconfirmed"
-        f" ({_ratio(int(false_without), max(int(false_with), 1)):.0f}x fewer with confirmation)"
+    # the default compares confirmation with none; a scenario, infra clusters with none (as before)
+    replays = (
+        {"confirmed": ("confirmed", True), "unconfirmed": ("unconfirmed", True)}
+        if not scenario.outage_chance
+        else {"clusters": ("confirmed", True), "no clusters": ("confirmed", False)}
     )
-    ratios = {name: with_[name] for name in TARGETS}
-    ratios.update({f"unconfirmed_{name}": without[name] for name in TARGETS})
-    ratios["false_alerts_per_night"] = false_with / NIGHTS
-    ratios["unconfirmed_false_alerts_per_night"] = false_without / NIGHTS
+    scores = {}
+    for column, (stream, clusters) in replays.items():
+        found = _replay(tests, observer, stream, clusters)
+        scores[column] = _score(tests, observer, stream, found)
+        scores[column]["false_alerts_per_night"] = (
+            scores[column]["alerts"] - scores[column]["true alerts"]
+        ) / NIGHTS
+        scores[column].update(events_score(found.events, down))
+        print(
+            f"  replayed the {stream} stream{'' if clusters else ' without clusters'}"
+            f" in {found.seconds:.1f} s"
+        )
+    _table(scores)
+    return scores
+
+
+def main() -> dict[str, float]:
+    ratios: dict[str, float] = {}
+    for scenario in SCENARIOS:
+        scores = _scenario(scenario)
+        first, second = scores.values()
+        if not scenario.outage_chance:
+            ratios.update({name: first[name] for name in TARGETS})
+            ratios.update({f"unconfirmed_{name}": second[name] for name in TARGETS})
+            ratios["false_alerts_per_night"] = first["false_alerts_per_night"]
+            ratios["unconfirmed_false_alerts_per_night"] = second["false_alerts_per_night"]
+            continue
+        prefix = "back" if scenario.back_for_reruns else "down"
+        for name in (*TARGETS, *RATIOS):
+            ratios[f"{prefix}_{name}"] = first[name]
+            ratios[f"{prefix}_no_clusters_{name}"] = second[name]
     return ratios
 
 

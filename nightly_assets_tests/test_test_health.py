@@ -239,3 +239,31 @@ def test_torch_spyres_gates_name_their_figures_and_limits() -> None:
     assert not health_checks.in_scope_share(key, "tests_pytorch_in_scope", counts, 0.25).passed
     missing = health_checks.in_scope_share(key, "tests_pytorch_in_scope", None, 0.05)
     assert not missing.passed and "has no results tonight" in (missing.description or "")
+
+
+def test_a_resource_down_for_part_of_a_suite_is_one_infra_event_not_broken_tests(
+    warehouse: Warehouse,
+) -> None:
+    refused = "ConnectionRefusedError: [Errno 111] Connection refused to 127.0.0.1:{}"
+    db = [f"test_db_{i}" for i in range(3)]
+    for i in range(3):
+        warehouse.record_night(night(i), run_id=f"r{i}", status="success", pins={"app": f"a{i}"})
+        warehouse.record_test_report(night(i), report({**STABLE, **dict.fromkeys(db, "passed")}))
+    cases = [TestCase("tests.t", name, "passed") for name in STABLE]
+    cases += [TestCase("tests.t", n, "failed", message=refused.format(5432)) for n in db]
+    cases.append(TestCase("tests.t", "test_new", "failed", message="KeyError: 'weight'"))  # its own
+    warehouse.record_test_report(night(3), TestReport("unit", tuple(cases)))
+    found = warehouse.test_histories("p", "cpu", until=night(3).night, nights=30)
+    sig = "ConnectionRefusedError: [Errno <n>] Connection refused to <addr>"
+    assert found.tests[("unit", "tests.t::test_db_0")][-1].signature == sig
+    judged = {j.test_id: j for j in health.judge(found, night(3).night, clean_nights=None)}
+    assert set(judged) == {"tests.t::test_new"}  # the cluster's tests are no broken tests
+    [event] = health.infra_events(found, night(3).night)
+    assert (event.suite, event.signature, event.resource) == ("unit", sig, "127.0.0.1:5432")
+    assert event.tests == tuple(f"tests.t::{n}" for n in db)
+    # a re-run of the night with the database back: the cluster's disagreement is no flaky evidence
+    warehouse.record_test_report(
+        night(3), report({**STABLE, **dict.fromkeys(db, "passed"), "test_new": "failed"})
+    )
+    again = warehouse.test_histories("p", "cpu", until=night(3).night, nights=30)
+    assert ("unit", "tests.t::test_db_0") not in again.tests  # no evidence kept: never a candidate

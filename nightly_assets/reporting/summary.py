@@ -14,6 +14,7 @@ from nightly_assets.devices.facts import DeviceFacts
 from nightly_assets.manifests import PerfBaselineManifest
 from nightly_assets.reporting.pytest_versions import pytest_lines
 from nightly_assets.results import CheckOutcome, NightKey, TestCase
+from nightly_assets.testing.signatures import group_line, grouped
 from nightly_assets.warehouse.rows import MachineCost, NightRun, TestVerdict
 from nightly_assets.words import plural
 
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from nightly_assets.warehouse.store import Warehouse
 
 NAMED_FAILURES = 10  # failing tests named per suite
+SIGNATURES_SHOWN = 5  # failure signatures per suite: a night's few shared causes, not every test
 NAMED_VERDICTS = 20  # flaky and broken tests named
 CELL_CHARS = 200  # a table cell's text is cut (at a word) past this; the stage's folder has it whole
 RUNS_LISTED = 10  # the night's runs listed, newest first
@@ -57,6 +59,8 @@ class NightSummary:
     pytest_versions: Sequence[str] = ()  # "tests, tests_k (environment): pytest 8.3.5"
     runs: Sequence[NightRun] = ()  # every run of the night, newest (current) first
     suite_runs: dict[str, str] = field(default_factory=dict)  # suite -> the run that reported it
+    # suite -> its failures grouped by signature (testing/signatures.py), largest first
+    signatures: dict[str, list[tuple[str, list[str]]]] = field(default_factory=dict)
 
     @property
     def failed_tests(self) -> int:
@@ -80,11 +84,11 @@ def night_summary(
     `pending`: stages this run is still to run after the summary (shown so, not as skipped)."""
     rows = summary_rows(pipeline, key, store, artefacts, skip=skip, pending=pending)
     suites = store.suite_counts(key)
-    failures = {
-        suite: store.failed_cases(key, suite)[:NAMED_FAILURES]
-        for suite, c in suites.items()
-        if c["failed"] + c["error"]
+    failing = {
+        suite: store.failed_cases(key, suite) for suite, c in suites.items() if c["failed"] + c["error"]
     }
+    failures = {suite: cases[:NAMED_FAILURES] for suite, cases in failing.items()}
+    signatures = {suite: grouped((c.node_id, c.message) for c in cases) for suite, cases in failing.items()}
     checks = [c for c in store.checks(key) if not c.passed]
     judged_rows = [r for r in rows if judged is None or r.stage in judged]
     judged_checks = [c for c in checks if judged is None or c.stage in judged]
@@ -105,6 +109,7 @@ def night_summary(
         pytest_versions=pytest_lines(pipeline, key, artefacts, ran=ran),
         runs=store.night_runs(key),
         suite_runs=store.suite_runs(key),
+        signatures={suite: groups for suite, groups in signatures.items() if groups},
     )
 
 
@@ -244,6 +249,12 @@ def summary_markdown(summary: NightSummary) -> str:
             )
     if summary.pytest_versions:
         lines += ["", *(f"- {line}" for line in summary.pytest_versions)]
+    if summary.signatures:
+        lines += ["", "### Failures by signature", ""]
+        for suite, groups in summary.signatures.items():
+            lines += [f"- {suite}: {group_line(sig, tests)}" for sig, tests in groups[:SIGNATURES_SHOWN]]
+            if len(groups) > SIGNATURES_SHOWN:
+                lines.append(f"- {suite}: … and {len(groups) - SIGNATURES_SHOWN} more signatures")
     if summary.failures:
         lines += ["", "### Failing tests", "", "| Suite | Test | Outcome | Message |", "|---|---|---|---|"]
         for suite, cases in summary.failures.items():

@@ -14,6 +14,7 @@ from typing import Any
 from nightly_assets.results import NightKey
 from nightly_assets.site.charts import ChartPoint, Marker, trend_svg, why_no_charts
 from nightly_assets.site.data import HEALTH_NIGHTS, BenchmarkSeries, SiteData
+from nightly_assets.testing.signatures import grouped
 from nightly_assets.warehouse.history import TestRun
 from nightly_assets.words import plural
 
@@ -25,6 +26,7 @@ NAV = (
     ("cost.html", "Cost and time"),
     ("alerts.html", "Alerts"),
 )
+SHOWN_IN_GROUP = 5  # tests named per failure signature on the health page
 MESSAGE_CHARS = 300  # a failure's first lines; the whole message is in its report
 SUMMARY_KIND = "night_summary"  # the stage kind whose folder holds the night's summary.md
 
@@ -205,6 +207,13 @@ class SiteRenderer:
             }
             for f in self.data.failed_tests
         ]
+        # the window's failures by the signature of their last message: a shared cause shows as one row
+        groups = grouped((f"{f.suite}::{f.test_id}", f.last_message) for f in self.data.failed_tests)
+        signatures = [
+            {"signature": sig, "count": len(tests), "tests": ", ".join(tests[:SHOWN_IN_GROUP])}
+            | {"more": len(tests) - SHOWN_IN_GROUP if len(tests) > SHOWN_IN_GROUP else 0}
+            for sig, tests in groups
+        ]
         return self._render(
             "health.html.j2",
             "health.html",
@@ -213,6 +222,7 @@ class SiteRenderer:
             broken=broken,
             flaky=flaky,
             failed=failed,
+            signatures=signatures,
             window=plural(HEALTH_NIGHTS, "night"),
         )
 

@@ -80,6 +80,8 @@ def build_test_health_asset(spec: StageSpec) -> dg.AssetsDefinition:
             store.record_verdicts(run.key, [_verdict(j, spans) for j in judged])
             run.checks.append(health_checks.flaky_share(spec.key, flaky, ran, thresholds.flaky_share_max))
             run.checks.append(health_checks.no_new_broken(spec.key, judged, spans))
+            events = health.infra_events(histories, run.key.night)
+            run.checks.append(health_checks.no_infra_event(spec.key, events))
             in_scope = ""
             if params.in_scope_suite and thresholds.in_scope_share_min is not None:
                 check = health_checks.in_scope_share(
@@ -105,10 +107,12 @@ def build_test_health_asset(spec: StageSpec) -> dg.AssetsDefinition:
                 quarantined=sum(j.quarantined for j in judged),
                 **states,
                 new_failures=[health_checks.new_failure_line(j, spans) for j in judged if j.new_failure],
+                infra_events=[e.line(shown=SHOWN) for e in events],
             )
             run.detail = (
                 f"{states['flaky']} flaky ({health.share(len(flaky), ran):.1%} of {ran}), "
                 f"{states['broken']} broken over {_nights(len(histories.nights))}{in_scope}"
+                + (f"; {plural(len(events), 'infra event')}" if events else "")
             )
         yield from stage_events(
             run,

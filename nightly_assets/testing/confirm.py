@@ -22,8 +22,10 @@ from typing import TYPE_CHECKING, Any
 import dagster as dg
 
 from nightly_assets.results import TestCase, TestReport
+from nightly_assets.testing.clusters import night_clusters
 from nightly_assets.testing.flakiness import is_wholesale
 from nightly_assets.testing.report_metadata import MAX_FAILURE_ROWS  # as many as the failures table shows
+from nightly_assets.testing.signatures import signature
 from nightly_assets.testing.streamed_cases import replaced_cases
 
 if TYPE_CHECKING:  # the catalog imports the stage kinds, which import this module
@@ -157,8 +159,15 @@ def select(
     nothing; a wholesale failure (an infra failure, or a breakage of the whole suite) is not re-run.
     Past `max_tests`, tonight's new failures go first: a test that also failed the night before
     (`failing_before`, node ids) has had its verdict already, and long-broken tests must not
-    crowd out the ones whose alert tonight's re-run decides."""
-    failures = sorted(report.failures, key=lambda c: c.node_id in failing_before)
+    crowd out the ones whose alert tonight's re-run decides; the failures of an infra cluster
+    (testing/clusters.py: a resource down for part of the suite) go last, as a re-run decides
+    nothing for them (they are no broken tests, and a pass is no flaky evidence)."""
+    clustered = {
+        node_id
+        for tests in night_clusters((c.node_id, signature(c.message)) for c in report.failures).values()
+        for node_id in tests
+    }
+    failures = sorted(report.failures, key=lambda c: (c.node_id in clustered, c.node_id in failing_before))
     if report.collect_only or not failures or confirm.attempts == 0:
         return [], {}
     ran = report.count("passed") + len(failures)
@@ -238,7 +247,8 @@ def confirm_failures(
                 del pending[test_id]
             elif "passed" in seen:
                 took = case.attempts + runs_each + seen.index("passed") + 1
-                merged[test_id] = dataclasses.replace(case, outcome="passed", message=None, attempts=took)
+                # the failure's message stays: its signature tells an infra cluster from a flake
+                merged[test_id] = dataclasses.replace(case, outcome="passed", attempts=took)
                 done.passed_on_rerun[test_id] = took
                 if host is not None:
                     done.passed_on[test_id] = host

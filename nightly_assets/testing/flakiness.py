@@ -95,14 +95,17 @@ class Pins(Mapping[str, str]):
 @dataclass(frozen=True)
 class Observation:
     """One test on one night: its final run's outcome and attempts, the outcomes of the night's
-    earlier runs (re-runs with the same pins, oldest first, infra runs left out) and the pins
-    (any mapping; kept as `Pins`)."""
+    earlier runs (re-runs with the same pins, oldest first, infra runs left out), the pins (any
+    mapping; kept as `Pins`) and what it failed with."""
 
     night: dt.date
     pins: Mapping[str, str]
     outcome: str  # "passed" | "failed" | "error" | "skipped" (or "collected": no evidence either)
     attempts: int = 1
     earlier: tuple[str, ...] = ()
+    # the failure's signature (testing/signatures.py): the final run's, or its failed attempts'
+    # when it passed on a retry; None when it did not fail or left no message
+    signature: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.pins, Pins):

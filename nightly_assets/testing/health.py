@@ -11,7 +11,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from nightly_assets.results import NightKey, TestCase
+from nightly_assets.testing.clusters import Cluster, failed_with, infra_for
 from nightly_assets.testing.flakiness import Verdict, classify, in_quarantine
+from nightly_assets.testing.signatures import common_resource, is_known_infra
 
 if TYPE_CHECKING:
     from nightly_assets.warehouse.evidence import Histories, TestName
@@ -49,7 +51,7 @@ def judge(
     for (suite, test_id), observations in histories.tests.items():
         if observations[-1].night != night:
             continue  # not run tonight: a removed or renamed test says nothing about tonight
-        infra = histories.infra.get(suite, set())
+        infra = infra_for(observations, histories.infra.get(suite, set()), histories.clusters.get(suite, {}))
         verdict = classify(observations, infra=infra)
         if verdict.state == "stable":
             continue
@@ -84,12 +86,37 @@ def quarantined_failures(
     infra = histories.infra.get(suite, set())
     if key.night in infra:
         return set()  # a suite failing wholesale tonight: its failures are no flakes
+    clusters = histories.clusters.get(suite, {})
     return {
         test_id
         for (_, test_id), observations in histories.tests.items()
         if observations[-1].night == key.night
-        and in_quarantine(observations, clean_nights=clean_nights, infra=infra)
+        and in_quarantine(
+            observations, clean_nights=clean_nights, infra=infra_for(observations, infra, clusters)
+        )
     }
+
+
+def infra_events(histories: Histories, night: dt.date) -> list[Cluster]:
+    """`night`'s infra clusters (testing/clusters.py), one per suite and signature, each with its
+    tests and the resource their messages name."""
+    tests: dict[tuple[str, str], list[str]] = {}
+    for (suite, test_id), observations in histories.tests.items():
+        tonight = observations[-1]
+        sig = failed_with(tonight) if tonight.night == night else None
+        if sig is not None and sig in histories.clusters.get(suite, {}).get(night, ()):
+            tests.setdefault((suite, sig), []).append(test_id)
+    return [
+        Cluster(
+            suite,
+            night,
+            sig,
+            tuple(sorted(names)),
+            is_known_infra(sig),
+            common_resource(histories.messages.get((suite, night, sig), [])),
+        )
+        for (suite, sig), names in sorted(tests.items())
+    ]
 
 
 def ran(counts: Mapping[str, Mapping[str, int]], suites: list[str] | None = None) -> int:

@@ -1,5 +1,6 @@
 """Checks on tonight's test health: torch_spyre's gates (flaky share below `flaky_share_max`,
-in-scope share at least `in_scope_share_min`) and the new-failure alert with its suspect commits."""
+in-scope share at least `in_scope_share_min`), the new-failure alert with its suspect commits and
+the infra-event alert (a shared resource that failed part of a suite: one alert, not one a test)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,13 @@ from typing import Any
 import dagster as dg
 
 from nightly_assets.sources.suspects import SpanKey, suspect_text
+from nightly_assets.testing.clusters import Cluster
 from nightly_assets.testing.health import SHOWN, Judged
 
 FLAKY_SHARE = "flaky_share_within_limit"
 IN_SCOPE_SHARE = "in_scope_share_reached"
 NO_NEW_BROKEN = "no_new_broken_test"
+NO_INFRA_EVENT = "no_infra_event"
 
 
 def health_check_specs(
@@ -29,6 +32,12 @@ def health_check_specs(
             NO_NEW_BROKEN,
             asset=key,
             description="No test started failing on every attempt tonight (alerts once, naming suspects).",
+        ),
+        dg.AssetCheckSpec(
+            NO_INFRA_EVENT,
+            asset=key,
+            description="No shared resource (a database, a host, a GPU) failed part of a suite tonight "
+            "(one alert per failure signature, naming the resource and the tests).",
         ),
     ]
     if in_scope_share_min is not None:
@@ -111,4 +120,19 @@ def new_failure_line(judged: Judged, spans: dict[SpanKey, dict[str, Any]]) -> st
         f"; suspects: {suspects}"
         if suspects
         else "; no pinned commit changed (the machine or the environment)"
+    )
+
+
+def no_infra_event(key: dg.AssetKey, events: list[Cluster]) -> dg.AssetCheckResult:
+    """One line per infra cluster of tonight; its tests are in no broken-test alert."""
+    lines = [e.line() for e in events[:SHOWN]]
+    if len(events) > SHOWN:
+        lines.append(f"… and {len(events) - SHOWN} more")
+    return dg.AssetCheckResult(
+        check_name=NO_INFRA_EVENT,
+        asset_key=key,
+        passed=not events,
+        severity=dg.AssetCheckSeverity.WARN,
+        description="; ".join(lines) or "no shared resource failed part of a suite tonight",
+        metadata={"infra_events": len(events), "tests": sum(len(e.tests) for e in events)},
     )

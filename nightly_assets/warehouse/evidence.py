@@ -15,25 +15,34 @@ from sqlalchemy import delete, insert, null, select
 from sqlalchemy.orm import Session
 
 from nightly_assets.results import NightKey, TestReport, node_id_of
+from nightly_assets.testing.clusters import FAILED as FAILED_OUTCOMES
+from nightly_assets.testing.clusters import failed_with, night_clusters, outages
 from nightly_assets.testing.flakiness import Observation, infra_nights, is_wholesale
+from nightly_assets.testing.signatures import signature
 from nightly_assets.warehouse.history import FAILED, RAN, batches, is_key
 from nightly_assets.warehouse.tables import NightTable, SuiteTable, TestCaseTable, TestEvidenceTable, node_key
 
 INFRA_SHARE = 0.5  # a run in which this share of the tests that ran failed is an infra failure
 TestName = tuple[str, str]  # (suite, node id)
+MESSAGES_KEPT = 20  # of a cluster, for the resource most of them name
 
 
 def earlier_run(session: Session, key: NightKey, suite: str) -> dict[int, bool] | None:
     """The run of the suite that a new report is about to replace: test key -> failed. None when
-    there is none, or it was an infra failure (its disagreement says nothing about any test)."""
+    there is none, or it was an infra failure (its disagreement says nothing about any test); the
+    tests it failed in an infra cluster (testing/clusters.py) are left out for the same reason."""
     t = TestCaseTable
     rows = session.execute(
-        select(t.test_key, t.outcome).where(*is_key(t, key), t.suite == suite, t.outcome.in_(RAN))
+        select(t.test_key, t.outcome, t.message).where(*is_key(t, key), t.suite == suite, t.outcome.in_(RAN))
     ).all()
-    failed = {k: outcome in FAILED for k, outcome in rows if k is not None}
+    failed = {k: outcome in FAILED for k, outcome, _ in rows if k is not None}
     if is_wholesale(len(failed), sum(failed.values()), INFRA_SHARE):
         return None
-    return failed
+    signatures = [(k, signature(m)) for k, outcome, m in rows if k is not None and outcome in FAILED]
+    clustered = {
+        k for tests in night_clusters((str(k), sig) for k, sig in signatures).values() for k in tests
+    }
+    return {k: f for k, f in failed.items() if str(k) not in clustered}
 
 
 def record(session: Session, key: NightKey, report: TestReport, replaced: dict[int, bool] | None) -> None:
@@ -75,6 +84,10 @@ class Histories:
     tests: dict[TestName, list[Observation]] = field(default_factory=dict)
     keys: dict[TestName, int] = field(default_factory=dict)
     infra: dict[str, set[dt.date]] = field(default_factory=dict)  # per suite
+    # per suite, night -> the signatures of its infra clusters (testing/clusters.py: outages only)
+    clusters: dict[str, dict[dt.date, set[str]]] = field(default_factory=dict)
+    # (suite, night, signature) -> a few of a cluster's messages, for the resource they name
+    messages: dict[tuple[str, dt.date, str], list[str]] = field(default_factory=dict)
     pins: dict[dt.date, dict[str, str]] = field(default_factory=dict)
 
 
@@ -110,7 +123,8 @@ def histories(
         n.pipeline == pipeline, n.target == target, n.night.between(first, last)
     )
     found.pins = {night: json.loads(text) for night, text in session.execute(pins)}
-    found.infra = _infra(session, pipeline, target, first, last, suites)
+    tallies = _tallies(session, pipeline, target, first, last, suites)
+    found.infra = {suite: infra_nights(by_night, INFRA_SHARE) for suite, by_night in tallies.items()}
     e = TestEvidenceTable
     in_window = [e.pipeline == pipeline, e.target == target, e.night.between(first, last)]
     if suites is not None:
@@ -127,7 +141,7 @@ def histories(
     for suite, keys in candidates.items():
         for chunk in batches(iter(sorted(set(keys))), 500):
             rows = session.execute(
-                select(t.night, t.test_key, t.classname, t.name, t.outcome, t.attempts)
+                select(t.night, t.test_key, t.classname, t.name, t.outcome, t.attempts, t.message)
                 .where(
                     t.pipeline == pipeline,
                     t.suite == suite,
@@ -137,11 +151,17 @@ def histories(
                 )
                 .order_by(t.night)
             )
-            for night, key_, classname, name, outcome, attempts in rows:
+            for night, key_, classname, name, outcome, attempts, message in rows:
                 if key_ is None:
                     continue  # a row of an older warehouse not migrated yet
                 test = (suite, node_id_of(classname, name))
                 found.keys[test] = key_
+                failing = outcome in FAILED_OUTCOMES or (outcome == "passed" and attempts > 1)
+                sig = signature(message) if failing else None
+                if sig is not None and message is not None:
+                    kept = found.messages.setdefault((suite, night, sig), [])
+                    if len(kept) < MESSAGES_KEPT:
+                        kept.append(message)
                 found.tests.setdefault(test, []).append(
                     Observation(
                         night,
@@ -149,9 +169,34 @@ def histories(
                         outcome,
                         attempts,
                         tuple(earlier.get((suite, key_, night), ())),
+                        sig,
                     )
                 )
+    found.clusters = _clusters(found, tallies)
+    found.messages = {
+        k: v for k, v in found.messages.items() if k[2] in found.clusters.get(k[0], {}).get(k[1], ())
+    }
     return found
+
+
+def _clusters(
+    found: Histories, tallies: dict[str, dict[dt.date, tuple[int, int]]]
+) -> dict[str, dict[dt.date, set[str]]]:
+    """Per suite, the signatures of each night's infra clusters that are outages (not wholesale
+    failures, which are infra already, nor clusters lasting into a breakage)."""
+    failures: dict[str, dict[dt.date, list[tuple[str, str | None]]]] = {}
+    for (suite, test_id), observations in found.tests.items():
+        for obs in observations:
+            sig = failed_with(obs)
+            if sig is not None and obs.night not in found.infra.get(suite, ()):
+                failures.setdefault(suite, {}).setdefault(obs.night, []).append((test_id, sig))
+    clusters = {}
+    for suite, by_night in failures.items():
+        signatures = {night: set(night_clusters(tests)) for night, tests in by_night.items()}
+        nights = sorted(tallies.get(suite, by_night))
+        if lasting := outages(signatures, nights):
+            clusters[suite] = lasting
+    return clusters
 
 
 def _candidates(
@@ -179,10 +224,10 @@ def _candidates(
     return {suite: sorted(keys) for suite, keys in found.items()}
 
 
-def _infra(
+def _tallies(
     session: Session, pipeline: str, target: str, first: dt.date, last: dt.date, suites: Sequence[str] | None
-) -> dict[str, set[dt.date]]:
-    """Per suite, the nights of the window it failed wholesale (see flakiness.infra_nights)."""
+) -> dict[str, dict[dt.date, tuple[int, int]]]:
+    """Per suite, its nights of the window: (ran, failed), for `flakiness.infra_nights`."""
     s = SuiteTable
     query = select(s.suite, s.night, s.passed, s.failed, s.error).where(
         s.pipeline == pipeline, s.target == target, s.night.between(first, last), s.collect_only.is_(False)
@@ -192,4 +237,4 @@ def _infra(
     tallies: dict[str, dict[dt.date, tuple[int, int]]] = {}
     for suite, night, passed, failed, error in session.execute(query):
         tallies.setdefault(suite, {})[night] = (passed + failed + error, failed + error)
-    return {suite: infra_nights(by_night, INFRA_SHARE) for suite, by_night in tallies.items()}
+    return tallies
