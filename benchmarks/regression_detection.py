@@ -1,5 +1,5 @@
 """Regression alerts scored on simulated nightly benchmark series with known shifts: the change-point
-detector (`nightly_assets.benchmarks.changepoint`) as it alerts, the same with the benchmarks
+detector (`nightly_assets.perf.changepoint`) as it alerts, the same with the benchmarks
 stage's re-measurement before an alert, and the rule it replaced (tonight > 1.2 x the median of the
 last 7 nights), all replayed night by night over the same series in one run.
 
@@ -46,7 +46,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nightly_assets.benchmarks.changepoint import Point, Replay, Settings, confirms
+from nightly_assets.perf.changepoint import Point, Replay, Settings, confirms
 
 SERIES_PER_SHAPE = 60
 TOLERANCE = 5  # nights after the truth night an alert still counts as finding it

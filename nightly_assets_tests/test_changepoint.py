@@ -7,7 +7,7 @@ import statistics
 
 import pytest
 
-from nightly_assets.benchmarks.changepoint import (
+from nightly_assets.perf.changepoint import (
     Point,
     Replay,
     Settings,

@@ -442,7 +442,7 @@ def test_a_night_freezes_what_starting_up_made_and_collects_garbage_again(dagste
     import gc
 
     import nightly_assets.cli as cli
-    from nightly_assets.cli_usage import INTERRUPTED
+    from nightly_assets.cli.usage import INTERRUPTED
 
     seen: list[tuple[bool, int]] = []
 
@@ -465,7 +465,7 @@ def test_a_night_freezes_what_starting_up_made_and_collects_garbage_again(dagste
 
 def test_the_instance_takes_the_catalogs_pool_limits_and_a_changed_one(dagster_home):
     from nightly_assets.catalog.loader import load_catalog
-    from nightly_assets.cli_instance import instance as cli_instance
+    from nightly_assets.cli.instance import instance as cli_instance
 
     catalog = load_catalog()
     instance = cli_instance(catalog)

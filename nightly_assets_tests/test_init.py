@@ -19,7 +19,7 @@ from nightly_assets.builds.resources import PythonBuildResource
 from nightly_assets.builds.toolchain import MissingToolError, installed_closure
 from nightly_assets.builds.wheelhouse import WheelhouseError, ensure_wheelhouse, repack
 from nightly_assets.cli import main
-from nightly_assets.cli_instance import PACKAGED_DAGSTER_YAML
+from nightly_assets.cli.instance import PACKAGED_DAGSTER_YAML
 from nightly_assets.process import run_command
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -7,7 +7,7 @@ import shutil
 import dagster as dg
 import pytest
 
-from nightly_assets.cli_queries import status_rows
+from nightly_assets.cli.queries import status_rows
 from nightly_assets_tests.test_demo_night import key, nights  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.slow

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from nightly_assets.benchmarks.timing import TimingFileError, read_timing_file
+from nightly_assets.perf.timing import TimingFileError, read_timing_file
 
 TWICE = '{"name": "a", "value": 1}'
 

@@ -154,7 +154,7 @@ class Stage(StrictModel):
 
 class Thresholds(StrictModel):
     test_count_drop_pct: float = Field(default=1.0, ge=0)
-    # perf_baseline's change-point detector (benchmarks/changepoint.py): the least relative change
+    # perf_baseline's change-point detector (perf/changepoint.py): the least relative change
     # that alerts, and the nights a benchmark needs before any verdict.
     regression_min_change: float = Field(default=0.03, gt=0, lt=1)
     regression_min_history: int = Field(default=7, ge=3)

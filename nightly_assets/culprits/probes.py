@@ -11,11 +11,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from nightly_assets.benchmarks.timing import TimingFileError, read_timing_file
 from nightly_assets.builds.resources import PythonBuildResource
 from nightly_assets.builds.wheel_metadata import top_level_names
 from nightly_assets.catalog.models import Pipeline, Stage
 from nightly_assets.culprits.bisect import Verdict
+from nightly_assets.perf.timing import TimingFileError, read_timing_file
 from nightly_assets.process import CommandError, run_command
 from nightly_assets.sources.resources import GitSourcesResource, SourceError
 from nightly_assets.testing.junit import parse_junit

@@ -19,9 +19,9 @@ import dagster as dg
 from pydantic import Field, model_validator
 
 from nightly_assets.artefacts.resources import ArtefactStoreResource
-from nightly_assets.benchmarks import changepoint
-from nightly_assets.benchmarks.timing import TimingFileError, read_timing_file
 from nightly_assets.manifests import EnvironmentManifest, TimingManifest
+from nightly_assets.perf import changepoint
+from nightly_assets.perf.timing import TimingFileError, read_timing_file
 from nightly_assets.process import CommandError
 from nightly_assets.results import BenchmarkResult
 from nightly_assets.runners import backend, stage_backends

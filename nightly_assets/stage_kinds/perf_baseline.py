@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any
 import dagster as dg
 
 from nightly_assets.artefacts.resources import ArtefactStoreResource
-from nightly_assets.benchmarks import changepoint, checks
 from nightly_assets.catalog.models import Pipeline
 from nightly_assets.devices.facts import DeviceFacts
 from nightly_assets.manifests import BenchmarksManifest, BenchmarkValue
+from nightly_assets.perf import changepoint, checks
 from nightly_assets.results import NightKey
 from nightly_assets.sources.resources import GitSourcesResource
 from nightly_assets.stage_kinds.spec import ORCHESTRATOR, NoParams, StageKind

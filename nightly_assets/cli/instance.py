@@ -9,7 +9,7 @@ from importlib import resources as package_files
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from nightly_assets.cli_usage import SettingsError
+from nightly_assets.cli.usage import SettingsError
 
 if TYPE_CHECKING:
     import dagster as dg

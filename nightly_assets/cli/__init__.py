@@ -1,7 +1,8 @@
 """`nightly run` materializes one night through the Dagster instance; `nightly status` shows the nights."""
 
-# This module parses the command line and hands each command to its module: `cli_night` (run,
-# culprits), `cli_queries` (status, tests), `cli_instance` (init); `cli_usage` checks what was given.
+# The command line, one module per command group: this one parses it and hands each command to
+# `night` (run, culprits), `queries` (status, tests, shards, site), `history` (the tests' questions),
+# `shards` (a shard plan), `instance` (init); `usage` checks what was given.
 
 from __future__ import annotations
 
@@ -12,9 +13,8 @@ import sys
 import warnings
 from typing import TYPE_CHECKING
 
-from nightly_assets import cli_instance, cli_night, cli_queries, history_cli
-from nightly_assets.cli_usage import INTERRUPTED, SettingsError, UsageError
-from nightly_assets.shards import cli as shards_cli
+from nightly_assets.cli import history, instance, night, queries, shards
+from nightly_assets.cli.usage import INTERRUPTED, SettingsError, UsageError
 from nightly_assets.shards.plan import ShardPlanError
 
 if TYPE_CHECKING:  # the modules behind a command are imported by that command: `--help` answers at once
@@ -28,7 +28,9 @@ def main(argv: list[str] | None = None) -> int:
     run = sub.add_parser("run", help="materialize one night of a pipeline, target by target")
     run.add_argument("pipeline")
     run.add_argument("--night", required=True, help="YYYY-MM-DD (UTC)")
-    run.add_argument("--target", help="one target of the pipeline's matrix (default: all)")
+    run.add_argument(
+        "--target", help="one target of the pipeline's matrix, or a run slot's cell (cpu@06) (default: all)"
+    )
     culprits = sub.add_parser(
         "culprits", help="bisect a night's new failures and regressions to their commit"
     )
@@ -43,8 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     status = sub.add_parser("status", help="nights x targets x stages with state and test counts")
     status.add_argument("--pipeline", help="only this pipeline")
     status.add_argument("--json", action="store_true", help="machine-readable output")
-    history_cli.add_parser(sub)
-    shards_cli.add_parser(sub)
+    history.add_parser(sub)
+    shards.add_parser(sub)
     site = sub.add_parser(
         "site",
         help="build each pipeline's results site from the warehouse (after each night it updates itself)",
@@ -87,23 +89,23 @@ def _user_errors() -> tuple[type[Exception], ...]:
     from nightly_assets.catalog.loader import CatalogError
     from nightly_assets.warehouse.access import WarehouseError
 
-    return (CatalogError, UsageError, WarehouseError, SettingsError, history_cli.TargetError, ShardPlanError)
+    return (CatalogError, UsageError, WarehouseError, SettingsError, history.TargetError, ShardPlanError)
 
 
 def _command(args: argparse.Namespace, own_process: bool = False) -> int:
     """Run the parsed command; its exit status. `own_process`: the command is this process's own
     command line (not a call from Python), so it may tune the process's garbage collection."""
     if args.command == "shards" and args.durations is not None:  # a file: no catalog, no warehouse
-        return cli_queries.shards_of_file(args)
+        return queries.shards_of_file(args)
     if args.command in ("status", "tests", "shards"):  # questions to the warehouse: no dagster, no resources
         outline = _catalog_outline()
         if args.command == "tests":
-            return cli_queries.tests(outline, args)
+            return queries.tests(outline, args)
         if args.command == "shards":
-            return cli_queries.shards(outline, args)
-        return cli_queries.status(outline, args.pipeline, args.json)
+            return queries.shards(outline, args)
+        return queries.status(outline, args.pipeline, args.json)
     if own_process and args.command in ("run", "culprits"):
-        gc.disable()  # until `cli_night.night_begins`: what starting up makes lives as long as the process
+        gc.disable()  # until `night.night_begins`: what starting up makes lives as long as the process
     import dagster as dg  # the catalog's stage kinds import it anyway
 
     from nightly_assets.catalog.loader import load_catalog
@@ -114,16 +116,16 @@ def _command(args: argparse.Namespace, own_process: bool = False) -> int:
     # A night needs its own pipeline alone (the others' stage kinds stay unimported).
     catalog = load_catalog(only=args.pipeline if args.command in ("run", "culprits", "site") else None)
     if args.command == "init":
-        return cli_instance.init(catalog)
+        return instance.init(catalog)
     if args.command == "serve":
         from nightly_assets.artefacts.serve import serve_artefacts
 
         return serve_artefacts(nightly_home() / "artefacts", args.host, args.port)
     if args.command == "site":
-        return cli_queries.site(catalog)
+        return queries.site(catalog)
     if args.command == "run":
-        return cli_night.run(catalog, args.pipeline, args.night, args.target)
-    return cli_night.culprits(catalog, args.pipeline, args.night, args.target)
+        return night.run(catalog, args.pipeline, args.night, args.target)
+    return night.culprits(catalog, args.pipeline, args.night, args.target)
 
 
 def _catalog_outline() -> CatalogOutline | Catalog:
@@ -137,7 +139,3 @@ def _catalog_outline() -> CatalogOutline | Catalog:
     from nightly_assets.catalog.loader import load_catalog
 
     return load_catalog()
-
-
-if __name__ == "__main__":
-    sys.exit(main())

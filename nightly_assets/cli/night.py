@@ -12,8 +12,8 @@ import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from nightly_assets.cli_instance import instance
-from nightly_assets.cli_usage import (
+from nightly_assets.cli.instance import instance
+from nightly_assets.cli.usage import (
     INTERRUPTED,
     SettingsError,
     UsageError,

@@ -12,8 +12,8 @@ import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from nightly_assets import history_cli
-from nightly_assets.cli_usage import SettingsError, UsageError, any_night, pipeline_named, unset_message
+from nightly_assets.cli import history as history_cli
+from nightly_assets.cli.usage import SettingsError, UsageError, any_night, pipeline_named, unset_message
 
 if TYPE_CHECKING:
     from nightly_assets.catalog.models import Catalog, Pipeline
@@ -93,7 +93,7 @@ def tests(catalog: Catalog | CatalogOutline, args: argparse.Namespace) -> int:
 
 def shards_of_file(args: argparse.Namespace) -> int:
     """`nightly shards plan --durations FILE`: a plan from a file alone."""
-    from nightly_assets.shards import cli as shards_cli
+    from nightly_assets.cli import shards as shards_cli
 
     if args.pipeline is not None:
         raise UsageError("shards plan: give a pipeline and its suite, or --durations FILE, not both")
@@ -102,7 +102,7 @@ def shards_of_file(args: argparse.Namespace) -> int:
 
 def shards(catalog: Catalog | CatalogOutline, args: argparse.Namespace) -> int:
     """`nightly shards plan PIPELINE SUITE`: a plan from the suite's recorded durations."""
-    from nightly_assets.shards import cli as shards_cli
+    from nightly_assets.cli import shards as shards_cli
     from nightly_assets.words import plural
 
     if args.pipeline is None or args.suite is None:

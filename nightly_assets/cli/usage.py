@@ -8,9 +8,9 @@ import re
 from typing import TYPE_CHECKING, overload
 
 from nightly_assets.catalog.cadence import split_cell
-from nightly_assets.catalog.models import Catalog, Pipeline
 
 if TYPE_CHECKING:
+    from nightly_assets.catalog.models import Catalog, Pipeline
     from nightly_assets.catalog.outline import CatalogOutline, PipelineOutline
 
 INTERRUPTED = 130  # 128 + SIGINT, for Ctrl-C and SIGTERM alike
