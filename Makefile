@@ -1,11 +1,11 @@
-# The commands the README names. Everything lives under this folder: .venv, .nightly, .dagster_home.
+# The commands the README and docs/ name. Everything lives under this folder: .venv, .nightly, .dagster_home.
 PY ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 NIGHT ?= 2026-11-03
 
-.PHONY: setup check test test-deploy test-fast demo ui bench clean
+.PHONY: setup check docs test test-deploy test-fast demo ui bench clean
 
 setup: ## create the virtualenv and install the project with its dev tools
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -19,6 +19,10 @@ check: ## lint, format, types, and the definitions as dg sees them
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy nightly_assets benchmarks nightly_assets_tests
 	$(BIN)/dg check defs
+	$(MAKE) docs
+
+docs: ## the docs site (docs/, mkdocs.yml) into build/docs; strict: a broken link or a page not in nav fails
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 # 3 workers on the 2-core CI machine: the suite mostly waits (on processes, the daemon and peers),
 # so even 3 workers keep about half of the two cores busy. Measured in one session on the same

@@ -1,5 +1,5 @@
 """`python -m benchmarks [NAME ...]`: run every benchmark (or the named ones) and print the ratios
-(see README). NAME is a module of this package, e.g. `python -m benchmarks tpu_overhead`."""
+(see docs/testing.md). NAME is a module of this package, e.g. `python -m benchmarks tpu_overhead`."""
 
 import sys
 from collections.abc import Callable

@@ -154,7 +154,7 @@ def _sides(root: Path, project: Path) -> Sides:
     catalog = root / "catalog"
     shutil.copytree(BUILTIN_CATALOG_DIR, catalog, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
     (catalog / "itsdangerous").mkdir()
-    # The tests' pipeline (test_third_party_project.py) with its whole suite, as the README writes it.
+    # The tests' pipeline (test_third_party_project.py) with its whole suite, as docs/pipelines.md writes it.
     document = third_party_pipeline("itsdangerous", upstream, {"requirements": ["requirements/tests.txt"]})
     (catalog / "itsdangerous" / DEFS_FILE).write_text(as_defs_yaml(pipeline_text(document)))
     (root / "dagster").mkdir()

@@ -1,5 +1,5 @@
-"""The README's "Adding a stage kind" steps, followed literally: its example module written where
-it says, into a copy of the package, and its stage entry added to a pipeline's defs.yaml; the
+"""The "Adding a stage kind" steps of docs/architecture.md, followed literally: its example module
+written where it says, into a copy of the package, and its stage entry added to a pipeline's defs.yaml; the
 code location built from that copy (in a process of its own) has the stage's asset, and a typo
 in the stage's `params` fails the load naming the field."""
 
@@ -21,8 +21,9 @@ import nightly_assets
 from nightly_assets_tests.catalog_files import edit_pipeline
 
 ROOT = Path(nightly_assets.__file__).parent.parent
-SECTION = "### Adding a stage kind"
-PIPELINE = "demo"  # the pipeline the README's step 2 adds the stage to
+DOC = "docs/architecture.md"  # where the steps are written
+SECTION = "## Adding a stage kind"
+PIPELINE = "demo"  # the pipeline the doc's step 2 adds the stage to
 
 # Run in the copy: the definitions as the code location builds them, then the catalog with a typo.
 PROBE = """
@@ -54,8 +55,8 @@ print(json.dumps({
 
 
 def readme_blocks(readme: str, heading: str) -> dict[str, str]:
-    """The first fenced block of each language in the README's section under `heading`."""
-    section = readme.split(heading, 1)[1].split("\n### ", 1)[0]
+    """The first fenced block of each language in the doc's section under `heading`."""
+    section = readme.split(heading, 1)[1].split("\n## ", 1)[0]
     blocks: dict[str, str] = {}
     for language, body in re.findall(r"```(\w+)\n(.*?)\n *```", section, flags=re.S):
         blocks.setdefault(language, textwrap.dedent(body) + "\n")
@@ -85,7 +86,7 @@ def probe(copy: Path, key: str, kind: str, bad_catalog: Path, home: Path) -> dic
 
 
 def test_the_readmes_stage_kind_steps_give_a_loading_pipeline(tmp_path: Path) -> None:
-    blocks = readme_blocks((ROOT / "README.md").read_text(), SECTION)
+    blocks = readme_blocks((ROOT / DOC).read_text(), SECTION)
     module, stage_yaml = blocks["python"], blocks["yaml"]
     path = module.splitlines()[0].removeprefix("# ").strip()  # step 1: where the module goes
     assert path.startswith("nightly_assets/stage_kinds/") and path.endswith(".py"), path

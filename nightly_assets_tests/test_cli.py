@@ -336,14 +336,14 @@ def test_prod_without_its_settings_names_them(dagster_home, monkeypatch, capsys)
     err = capsys.readouterr().err.strip()
     assert err == (
         "nightly: resources (prod): environment variable(s) not set: NIGHTLY_ARTEFACTS_BUCKET, "
-        "NIGHTLY_WAREHOUSE_URL, SLACK_BOT_TOKEN (see the README's Configuration)"
+        "NIGHTLY_WAREHOUSE_URL, SLACK_BOT_TOKEN (see docs/configuration.md)"
     )
     # A query reads the warehouse alone: it names only the warehouse's setting.
     for command in (["status"], ["tests", "rates", "demo"]):
         assert main(command) == 2
         assert capsys.readouterr().err.strip() == (
             "nightly: warehouse (prod): environment variable(s) not set: NIGHTLY_WAREHOUSE_URL "
-            "(see the README's Configuration)"
+            "(see docs/configuration.md)"
         )
 
 

@@ -406,7 +406,7 @@ NOT_DEPLOYMENT_SETTINGS = {
 
 
 def test_every_setting_the_code_reads_reaches_the_run_containers(compose_config: dict[str, Any]) -> None:
-    """A setting the README documents but the run containers never get is silently ignored in prod."""
+    """A setting the docs document but the run containers never get is silently ignored in prod."""
     package = ROOT / "nightly_assets"
     read = {
         name

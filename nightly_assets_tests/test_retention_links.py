@@ -1,5 +1,5 @@
 """Every link a summary or an alert gives resolves within the retention window: nights replayed
-as the README's demo shows them (a failed night, later nights that pass, a backfill of an old
+as the docs' demo shows them (a failed night, later nights that pass, a backfill of an old
 night), then every link fetched from `nightly serve`, as a person clicks them the next morning."""
 
 from __future__ import annotations

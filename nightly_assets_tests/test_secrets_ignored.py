@@ -13,7 +13,12 @@ import yaml
 from docker.utils.build import exclude_paths
 
 REPO = Path(__file__).resolve().parents[1]
-DOCS = [REPO / "README.md", REPO / "docker-compose.yml", *sorted((REPO / "deploy").rglob("*"))]
+DOCS = [
+    REPO / "README.md",
+    REPO / "docker-compose.yml",
+    *sorted((REPO / "docs").glob("*.md")),
+    *sorted((REPO / "deploy").rglob("*")),
+]
 # A file name a doc tells the operator to put secrets in: an env file, or a key file.
 SECRET_FILE = re.compile(r"(?<![\w.-])((?:[\w-]+)?\.env|[\w-]*key\.json)(?![\w.-])")
 NOT_SECRET = ("example", "template")  # committed on purpose, values empty

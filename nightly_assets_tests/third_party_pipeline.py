@@ -1,4 +1,4 @@
-"""The catalog pipeline of a third-party project's night, as the README's worked example writes it:
+"""The catalog pipeline of a third-party project's night, as docs/pipelines.md's worked example writes it:
 its checkout, its wheel by its own build backend, an environment with its test dependencies, the
 suites, a summary. One builder for the tests of such nights and the benchmark that times one
 (benchmarks/third_party_night.py), so they run the same pipeline; and the environment a developer

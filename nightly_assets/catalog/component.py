@@ -68,7 +68,7 @@ def params_by_kind(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 TEMPLATE = """\
-# A nightly pipeline: the attributes are the pipeline's document (README "Adding a pipeline").
+# A nightly pipeline: the attributes are the pipeline's document (docs/pipelines.md, docs/catalog.md).
 # Check it with `dg check yaml <this folder>` and `dg check defs`; stage kinds: nightly_assets/stage_kinds/.
 type: {type}
 attributes:

@@ -152,7 +152,7 @@ def culprits(catalog: Catalog, name: str, night_text: str, target: str | None) -
     """Run the pipeline's culprit search job for the night, as its sensor would, and print what it named."""
     pipeline = pipeline_named(catalog, name)
     if not pipeline.stages_of("culprit_search"):
-        raise UsageError(f"pipeline '{name}' has no culprit_search stage (see the README's Culprit search)")
+        raise UsageError(f"pipeline '{name}' has no culprit_search stage (see docs/culprits.md)")
     night = night_to_run(pipeline, night_text)
     targets = targets_to_run(pipeline, target)
     from nightly_assets.culprits.checks import culprit_line

@@ -25,7 +25,7 @@ class SettingsError(ValueError):
 
 
 def unset_message(names: list[str]) -> str:
-    return f"environment variable(s) not set: {', '.join(names)} (see the README's Configuration)"
+    return f"environment variable(s) not set: {', '.join(names)} (see docs/configuration.md)"
 
 
 @overload
