@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import datetime as dt
 
+import pytest
+
 from nightly_assets.testing.flakiness import Observation, Pins, classify, in_quarantine, infra_nights
 
 START = dt.date(2026, 11, 1)
@@ -204,3 +206,67 @@ def test_too_few_usable_nights_is_insufficient_unless_the_evidence_needs_no_hist
     assert since_a_pass.state == "broken"
     assert since_a_pass.suspects == {"plugin": ("p0", "p1")}
     assert classify(history("P", n0=at(0, "passed", attempts=2))).state == "flaky"
+
+
+def confirmed(codes: str) -> list[Observation]:
+    """One night per letter with confirmation (three attempts in all): P passed on the first
+    attempt, 2 or 3 passed on that attempt, F failed all three; pins moving every night."""
+    nights = []
+    for n, code in enumerate(codes):
+        pins = {"plugin": f"p{n}", "jax": "j0"}
+        if code == "F":
+            nights.append(Observation(day(n), pins, "failed", attempts=3))
+        else:
+            nights.append(Observation(day(n), pins, "passed", attempts=1 if code == "P" else int(code)))
+    return nights
+
+
+# A flaky test failing one attempt in six over 24 nights (passed on a retry every sixth night).
+KNOWN_FLAKY = "PPP2PPPPP2PPPPP2PPPPP2PP"
+BURST_WEEK = "F3FF2FF"  # then a week failing 18 of its 20 attempts (90 %)
+
+
+def test_a_known_flaky_test_failing_90_percent_for_a_week_is_flakier_once_and_never_broken():
+    codes = KNOWN_FLAKY + BURST_WEEK
+    verdicts = [classify(confirmed(codes[: n + 1])) for n in range(len(KNOWN_FLAKY), len(codes))]
+    assert [v.state for v in verdicts] == ["flaky"] * len(BURST_WEEK)
+    since = [v.flakier_since for v in verdicts]
+    assert since == [None, None, day(24), day(24), day(24), day(24), day(24)]  # once, and it stays
+    tonight = verdicts[-1]
+    assert tonight.reason.startswith(
+        "failed every attempt on 2 nights since 2026-11-30 (6 attempts, 0.3% by chance), a flaky"
+        " test's failure; flakier since 2026-11-25: failed 86% of its attempts since, 17% before"
+    )
+    assert (tonight.burst_rate, tonight.rate_before) == (pytest.approx(19 / 22), pytest.approx(5 / 30))
+    # A burst that starts with a failed streak is a breakage until the test passes again:
+    # (5/30)^6 = 0.002 % <= 1 % / 26 nights; the night it passes, it is flakier since the streak.
+    assert classify(confirmed(KNOWN_FLAKY + "FF")).state == "broken"
+    passed_again = classify(confirmed(KNOWN_FLAKY + "FF3"))
+    assert (passed_again.state, passed_again.flakier_since) == ("flaky", day(24))
+
+
+def test_a_flaky_test_in_a_burst_is_broken_once_its_failures_stop_passing_for_long_enough():
+    # At its rate in the burst before the streak (F3FF2: 12 of 14 attempts failed, 13/16 by
+    # Laplace), 13 nights of three failed attempts are a flaky test's failure, 0.8125^39 = 0.030 %
+    # > 1 % / 42 nights; 14 are broken, 0.8125^42 = 0.016 % <= 1 % / 43 nights. At its rate
+    # before the burst (1/6) two nights would have been broken.
+    codes = KNOWN_FLAKY + BURST_WEEK[:5]
+    thirteen = classify(confirmed(codes + "F" * 13))
+    assert thirteen.state == "flaky"
+    assert thirteen.flakier_since == day(24)
+    assert thirteen.reason.startswith(
+        "failed every attempt on 13 nights since 2026-11-30 (39 attempts, 0.0% by chance at its rate"
+        " since 2026-11-25), a flaky test's failure; flakier since 2026-11-25"
+    )
+    fourteen = classify(confirmed(codes + "F" * 14))
+    assert fourteen.state == "broken"
+    assert (fourteen.first_bad, fourteen.last_good) == (day(29), day(28))
+    assert fourteen.flakier_since is None
+
+
+def test_a_test_with_no_flaky_history_failing_a_week_is_broken_from_its_first_night():
+    for nights in range(1, 8):
+        verdict = classify(confirmed("P" * 24 + "F" * nights))
+        assert verdict.state == "broken", nights
+        assert (verdict.first_bad, verdict.last_good) == (day(24), day(23))
+        assert verdict.flakier_since is None

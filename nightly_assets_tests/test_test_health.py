@@ -267,3 +267,39 @@ def test_a_resource_down_for_part_of_a_suite_is_one_infra_event_not_broken_tests
     )
     again = warehouse.test_histories("p", "cpu", until=night(3).night, nights=30)
     assert ("unit", "tests.t::test_db_0") not in again.tests  # no evidence kept: never a candidate
+
+
+def test_a_flaky_tests_burst_is_named_once_by_the_flakier_check_and_is_no_new_broken_test() -> None:
+    from nightly_assets.testing.flakiness import Observation
+    from nightly_assets.warehouse.evidence import Histories
+
+    # one attempt in six failed for 24 nights, then a week at 90 % (three attempts a night)
+    codes = "PPP2PPPPP2PPPPP2PPPPP2PP" + "F3FF2FF"
+    seen = [
+        Observation(
+            START + dt.timedelta(days=n),
+            {"app": f"a{n}"},
+            "failed" if code == "F" else "passed",
+            3 if code == "F" else 1 if code == "P" else int(code),
+        )
+        for n, code in enumerate(codes)
+    ]
+    key = dg.AssetKey(["p", "flaky_tests"])
+    named, broken_before = [], set[tuple[str, str]]()
+    for n in range(24, len(codes)):
+        days = [o.night for o in seen[: n + 1]]
+        found = Histories(days, tests={("unit", "t::test_x"): seen[: n + 1]}, keys={("unit", "t::test_x"): 1})
+        judged = health.judge(found, days[-1], clean_nights=None, broken_before=broken_before)
+        assert not any(j.new_failure for j in judged)
+        check = health_checks.no_flakier(key, judged)
+        if not check.passed:
+            named.append((n, check.description))
+        broken_before = {(j.suite, j.test_id) for j in judged if j.verdict.state == "broken"}
+    since = START + dt.timedelta(days=24)
+    assert named == [
+        (
+            26,
+            f"unit::t::test_x flakier since {since}: fails 82% of its attempts, 17% before"
+            " (a flaky test whose failures still pass on re-runs, not broken)",
+        )
+    ]

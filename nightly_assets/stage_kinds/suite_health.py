@@ -82,6 +82,7 @@ def build_test_health_asset(spec: StageSpec) -> dg.AssetsDefinition:
             run.checks.append(health_checks.no_new_broken(spec.key, judged, spans))
             events = health.infra_events(histories, run.key.night)
             run.checks.append(health_checks.no_infra_event(spec.key, events))
+            run.checks.append(health_checks.no_flakier(spec.key, judged))
             in_scope = ""
             if params.in_scope_suite and thresholds.in_scope_share_min is not None:
                 check = health_checks.in_scope_share(
@@ -108,6 +109,7 @@ def build_test_health_asset(spec: StageSpec) -> dg.AssetsDefinition:
                 **states,
                 new_failures=[health_checks.new_failure_line(j, spans) for j in judged if j.new_failure],
                 infra_events=[e.line(shown=SHOWN) for e in events],
+                flakier=[health_checks.flakier_line(j) for j in judged if j.new_flakier],
             )
             run.detail = (
                 f"{states['flaky']} flaky ({health.share(len(flaky), ran):.1%} of {ran}), "

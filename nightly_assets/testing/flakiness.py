@@ -30,6 +30,24 @@ the first attempt with no re-run disagreeing. Over the usable nights, oldest fir
   `last_good`, and every repository whose pin differs between the two is a suspect (None on the
   side that lacks it). A test that failed on every usable night is broken once it has
   `min_nights` of them (no last_good, no suspects).
+* Flakier (a burst): a known-flaky test whose failure rate jumped, say to 90 % for a week, is
+  still flaky while its failures pass on re-runs now and then, "flakier since <night>"
+  (`Verdict.flakier_since`, alerted once by the test_health stage), not a new broken test at
+  each failed streak. Its burst is the stretch from a night `b` to the newest night that still
+  holds a night that was not failed, where the test was known to be flaky before `b`: of those
+  starts, the likeliest change of its rate per attempt (the largest likelihood ratio of one rate
+  before `b` and another since over one rate for all), when it fails more often since and failed
+  so many of the stretch's attempts that its rate per attempt before `b` (Laplace's rule) gives
+  that many or more with a chance of at most FLAKIER_CHANCE spread over the usable nights and the
+  starts tried (Bonferroni: judged every night, at every start). A failed streak of a test in a
+  burst before the streak is judged at the burst's own rate per attempt (its nights from `b` to
+  the streak, Laplace's rule) when that is higher: broken once the chance that every attempt of
+  the streak failed at that rate is at most FALSE_BROKEN_CHANCE over the usable nights, as above.
+  So a breakage in a burst is found late, as probability has it: at a burst rate of 81 % (12 of
+  14 attempts failed), three attempts a night, 14 failed nights in a row; at 90 %, 26. A burst
+  that starts with a failed streak cannot be told from a breakage until the test passes again:
+  that streak is judged at the rate before it (broken, on the rules above), and on the night the
+  test passes it is flaky again, flakier since the streak's first night.
 * Fewer than `min_nights` usable nights is insufficient, unless the verdict needs no more
   history: a failed streak after a pass, or flaky evidence.
 * Otherwise the test is stable: a breakage that was fixed included.
@@ -46,6 +64,7 @@ followed by a good re-run is not flaky evidence.
 from __future__ import annotations
 
 import datetime as dt
+import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
@@ -60,6 +79,9 @@ MIN_BLIPS = 2  # one-night failures that make a test flaky without same-commit e
 # broken verdict alerts and starts a culprit search, a true one missed tonight alerts tomorrow,
 # so it is the conventional 1 % significance level rather than 5 %.
 FALSE_BROKEN_CHANCE = 0.01
+# The chance we accept that a flaky test's ordinary failures look like a burst: a false one is one
+# WARN line and a broken verdict a few nights late, so the same level as a false broken verdict.
+FLAKIER_CHANCE = FALSE_BROKEN_CHANCE
 SHOWN = 3  # pieces of evidence a reason names
 
 
@@ -149,6 +171,11 @@ class Verdict:
     suspects: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)
     flaky_evidence: int = 0  # independent pieces of flaky evidence (blips included)
     pass_rate: float | None = None  # passed runs / runs over the usable nights
+    # flaky: the first night of a burst (a known-flaky test failing far more often since), with
+    # its failed share of attempts since and its rate per attempt before (Laplace's rule)
+    flakier_since: dt.date | None = None
+    burst_rate: float | None = None
+    rate_before: float | None = None
 
 
 @dataclass(frozen=True)
@@ -220,12 +247,82 @@ def _is_flaky(evidence: Sequence[_Evidence]) -> bool:
     return any(not e.blip for e in evidence) or sum(e.blip for e in evidence) >= MIN_BLIPS
 
 
-def _by_chance(nights: Sequence[_Night], start: int) -> float:
-    """The chance that a flaky test fails every attempt of the streak from `start` on, at its
-    failure rate per attempt before the streak (Laplace's rule: never 0 or 1 from a few attempts)."""
-    before = nights[:start]
-    rate = (sum(n.failures for n in before) + 1) / (sum(n.attempts for n in before) + 2)
+def _rate(nights: Sequence[_Night]) -> float:
+    """The failure rate per attempt (Laplace's rule: never 0 or 1 from a few attempts)."""
+    return (sum(n.failures for n in nights) + 1) / (sum(n.attempts for n in nights) + 2)
+
+
+def _by_chance(nights: Sequence[_Night], start: int, rate: float | None = None) -> float:
+    """The chance that a flaky test fails every attempt of the streak from `start` on, at `rate`
+    (default: its failure rate per attempt before the streak)."""
+    rate = _rate(nights[:start]) if rate is None else rate
     return float(rate ** sum(n.attempts for n in nights[start:]))
+
+
+def _tail(failed: int, attempts: int, rate: float) -> float:
+    """The chance of `failed` or more failed attempts of `attempts` at `rate` each (binomial),
+    for `failed` above the expected count (the terms fall from the first)."""
+    if failed <= 0:
+        return 1.0
+    log_term = (
+        math.lgamma(attempts + 1)
+        - math.lgamma(failed + 1)
+        - math.lgamma(attempts - failed + 1)
+        + failed * math.log(rate)
+        + (attempts - failed) * math.log1p(-rate)
+    )
+    term, total, odds = math.exp(log_term), 0.0, rate / (1 - rate)
+    for k in range(failed, attempts + 1):
+        total += term
+        if term <= total * 1e-12:
+            break
+        term *= (attempts - k) / (k + 1) * odds
+    return total
+
+
+@dataclass(frozen=True)
+class _Burst:
+    at: int  # the usable night it starts
+    rate: float  # its failure rate per attempt up to `end` (Laplace's rule)
+    before: float  # the rate per attempt before it
+
+
+def _burst(nights: Sequence[_Night], end: int, evidence: Sequence[_Evidence]) -> _Burst | None:
+    """The burst among nights[:end] (see the module's docstring), or None."""
+    passed = [i for i in range(end) if not nights[i].failed]
+    known = next((e.at + 1 for e in evidence if _is_flaky([f for f in evidence if f.at <= e.at])), end)
+    starts = range(max(known, 1), passed[-1] + 1 if passed else 0)
+    if not starts:
+        return None
+    failures, attempts = [0], [0]
+    for night in nights[:end]:
+        failures.append(failures[-1] + night.failures)
+        attempts.append(attempts[-1] + night.attempts)
+    best: tuple[float, int] | None = None  # (log-likelihood ratio, start)
+    whole = _log_likelihood(failures[end], attempts[end])
+    for b in starts:
+        failed, tried = failures[end] - failures[b], attempts[end] - attempts[b]
+        if failed * attempts[b] <= failures[b] * tried:
+            continue  # not failing more often since
+        ratio = _log_likelihood(failures[b], attempts[b]) + _log_likelihood(failed, tried) - whole
+        if best is None or ratio > best[0]:
+            best = (ratio, b)
+    if best is None:
+        return None
+    b = best[1]
+    rate = (failures[b] + 1) / (attempts[b] + 2)
+    failed, tried = failures[end] - failures[b], attempts[end] - attempts[b]
+    if _tail(failed, tried, rate) > FLAKIER_CHANCE / (len(nights) * len(starts)):
+        return None
+    return _Burst(b, (failed + 1) / (tried + 2), rate)
+
+
+def _log_likelihood(failed: int, attempts: int) -> float:
+    """Of `failed` of `attempts` at their own rate (binomial, without the constant)."""
+    p = failed / attempts if attempts else 0.0
+    return (failed * math.log(p) if failed else 0.0) + (
+        (attempts - failed) * math.log1p(-p) if attempts > failed else 0.0
+    )
 
 
 def _describe(evidence: Sequence[_Evidence]) -> str:
@@ -274,17 +371,30 @@ def classify(
     while start and nights[start - 1].failed:
         start -= 1
     streak = len(nights) - start
+    burst = None  # in a burst before the streak, judged at the burst's rate when higher
     if streak and (start or len(nights) >= min_nights):
         chance = None
         if _is_flaky([e for e in evidence if e.at < start]):
             chance = _by_chance(nights, start)
             broken = chance <= FALSE_BROKEN_CHANCE / len(nights)
+            if broken and (burst := _burst(nights, start, evidence)) and burst.rate > _rate(nights[:start]):
+                chance = _by_chance(nights, start, burst.rate)
+                broken = chance <= FALSE_BROKEN_CHANCE / len(nights)
+            else:
+                burst = None
         else:  # the flip into a single failed night with unchanged pins is a flake until it fails again
             broken = streak >= 2 or not flaky
         if broken:
             return _broken(nights, start, evidence, pass_rate)
     if flaky:
         reason = _describe(evidence)
+        flakier = _burst(nights, len(nights), evidence) or burst
+        if flakier is not None:
+            since = nights[flakier.at].night
+            reason = (
+                f"flakier since {since}: failed {flakier.rate:.0%} of its attempts since,"
+                f" {flakier.before:.0%} before; {reason}"
+            )
         if streak:
             attempts = sum(n.attempts for n in nights[start:])
             failing = (
@@ -293,9 +403,21 @@ def classify(
                 else f"failed every attempt on {streak} nights since {nights[start].night}"
             )
             odds = f", {chance:.1%} by chance" if chance is not None else ""
+            if burst is not None:
+                odds += f" at its rate since {nights[burst.at].night}"
             tried = f"{attempts} attempt{'s' * (attempts > 1)}{odds}"
             reason = f"{failing} ({tried}), a flaky test's failure; {reason}"
-        return Verdict("flaky", reason, flaky_evidence=len(evidence), pass_rate=pass_rate)
+        if flakier is None:
+            return Verdict("flaky", reason, flaky_evidence=len(evidence), pass_rate=pass_rate)
+        return Verdict(
+            "flaky",
+            reason,
+            flaky_evidence=len(evidence),
+            pass_rate=pass_rate,
+            flakier_since=nights[flakier.at].night,
+            burst_rate=flakier.rate,
+            rate_before=flakier.before,
+        )
     left_out = (
         f"; {len(history) - len(nights)} infra or skipped left out" if len(history) > len(nights) else ""
     )

@@ -35,6 +35,9 @@ class Judged:
     # broken tonight and not the night before (a new failure, a flaky test that broke, a suite
     # outage that outlasted infra): what alerts and is searched for its culprit, once
     new_failure: bool = False
+    # flaky in a burst tonight (`Verdict.flakier_since`) and not in one on the night before: what
+    # the no_flakier_test check names, once a burst
+    new_flakier: bool = False
 
 
 def judge(
@@ -46,7 +49,9 @@ def judge(
 ) -> list[Judged]:
     """The verdict of every test of `histories` observed on `night` that is not stable; with
     `clean_nights` (quarantine opted into) whether its failures are quarantined; a broken test
-    not in `broken_before` (the previous night's broken tests) is a new failure."""
+    not in `broken_before` (the previous night's broken tests) is a new failure. A flaky test in a
+    burst (flakier since a night) is newly flakier when its history up to the night before, judged
+    the same way, was in none: its burst is named once, on the night it is first seen."""
     judged = []
     for (suite, test_id), observations in histories.tests.items():
         if observations[-1].night != night:
@@ -59,7 +64,12 @@ def judge(
             observations, clean_nights=clean_nights, infra=infra
         )
         new = verdict.state == "broken" and (suite, test_id) not in broken_before
-        judged.append(Judged(suite, test_id, histories.keys[(suite, test_id)], verdict, quarantined, new))
+        flakier = (
+            verdict.flakier_since is not None
+            and classify(observations[:-1], infra=infra).flakier_since is None
+        )
+        key = histories.keys[(suite, test_id)]
+        judged.append(Judged(suite, test_id, key, verdict, quarantined, new, flakier))
     return sorted(judged, key=lambda j: (j.verdict.state, j.suite, j.test_id))
 
 

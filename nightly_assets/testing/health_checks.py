@@ -1,6 +1,8 @@
 """Checks on tonight's test health: torch_spyre's gates (flaky share below `flaky_share_max`,
 in-scope share at least `in_scope_share_min`), the new-failure alert with its suspect commits and
-the infra-event alert (a shared resource that failed part of a suite: one alert, not one a test)."""
+the infra-event alert (a shared resource that failed part of a suite: one alert, not one a test)
+and the flakier-test alert (a known-flaky test whose failure rate jumped, a burst: once, on the
+night it is first seen, not a broken test at each failed streak; testing/flakiness.py)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ FLAKY_SHARE = "flaky_share_within_limit"
 IN_SCOPE_SHARE = "in_scope_share_reached"
 NO_NEW_BROKEN = "no_new_broken_test"
 NO_INFRA_EVENT = "no_infra_event"
+NO_FLAKIER = "no_flakier_test"
 
 
 def health_check_specs(
@@ -38,6 +41,13 @@ def health_check_specs(
             asset=key,
             description="No shared resource (a database, a host, a GPU) failed part of a suite tonight "
             "(one alert per failure signature, naming the resource and the tests).",
+        ),
+        dg.AssetCheckSpec(
+            NO_FLAKIER,
+            asset=key,
+            description="No known-flaky test started failing much more often tonight (a burst: alerts "
+            "once, on the night it is first seen; its failed streaks are no broken tests while its "
+            "failures still pass on re-runs).",
         ),
     ]
     if in_scope_share_min is not None:
@@ -120,6 +130,35 @@ def new_failure_line(judged: Judged, spans: dict[SpanKey, dict[str, Any]]) -> st
         f"; suspects: {suspects}"
         if suspects
         else "; no pinned commit changed (the machine or the environment)"
+    )
+
+
+def no_flakier(key: dg.AssetKey, judged: list[Judged]) -> dg.AssetCheckResult:
+    """One line per test newly in a burst tonight (`Judged.new_flakier`)."""
+    new = [j for j in judged if j.new_flakier]
+    lines = [flakier_line(j) for j in new[:SHOWN]]
+    if len(new) > SHOWN:
+        lines.append(f"… and {len(new) - SHOWN} more")
+    return dg.AssetCheckResult(
+        check_name=NO_FLAKIER,
+        asset_key=key,
+        passed=not new,
+        severity=dg.AssetCheckSeverity.WARN,
+        description="; ".join(lines) or "no known-flaky test started failing more often tonight",
+        metadata={"flakier": len(new)},
+    )
+
+
+def flakier_line(judged: Judged) -> str:
+    verdict = judged.verdict
+    rates = (
+        f": fails {verdict.burst_rate:.0%} of its attempts, {verdict.rate_before:.0%} before"
+        if verdict.burst_rate is not None and verdict.rate_before is not None
+        else ""
+    )
+    return (
+        f"{judged.suite}::{judged.test_id} flakier since {verdict.flakier_since}{rates}"
+        " (a flaky test whose failures still pass on re-runs, not broken)"
     )
 
 
