@@ -235,7 +235,8 @@ def test_on_a_pool_of_hosts_the_re_run_goes_to_another_host_which_names_the_susp
     assert not outcome.succeeded  # test_broken fails on both hosts
     assert stages["tests"].detail == (
         f"3/4 passed (1 failed); 3 passed on a confirmation re-run; suspect host {docker_engine.host} "
-        f"(3 of 4 failing tests passed when re-run on {second})"
+        "(3 of 4 failing tests, failing with `AssertionError: fails in the whole suite's run`, "
+        f"passed when re-run on {second})"
     )
     folder = catalog_nights.home / "artefacts/confirmpkg/2026-11-03/cpu/tests"
     confirm = json.loads((folder / "manifest.json").read_text())["confirm"]
@@ -307,32 +308,52 @@ def test_re_runs_only_what_still_fails_and_count_every_attempt() -> None:
     assert done.summary() == "; 2 passed on a confirmation re-run"
 
 
-def test_a_host_that_fails_many_tests_is_the_suspect_one_flaky_test_is_not() -> None:
+ILLEGAL_ACCESS = "RuntimeError: CUDA error: an illegal memory access was encountered at gpu 3"
+
+
+def test_a_host_that_fails_tests_alike_is_the_suspect_flaky_tests_passing_elsewhere_are_not() -> None:
     hosts = {1: "ssh://gpu-b", 2: "ssh://gpu-a"}
-    report = _report({**STABLE, **{f"test_gpu_{i}": "failed" for i in range(4)}})
-    script = Script({f"test_gpu_{i}": ["passed"] if i < 3 else ["failed", "failed"] for i in range(4)})
+    gpu = {
+        f"test_gpu_{i}": TestCase("tests.t", f"test_gpu_{i}", "failed", message=ILLEGAL_ACCESS)
+        for i in range(3)
+    }
+    broken = TestCase("tests.t", "test_broken", "failed", message="AssertionError: the value is not two")
+    report = TestReport("unit", (*_report(STABLE).cases, *gpu.values(), broken))
+    script = Script({**{name: ["passed"] for name in gpu}, "test_broken": ["failed", "failed"]})
     rerunner = dataclasses.replace(script.rerunner(), host_of=hosts.__getitem__, suite_host="ssh://gpu-a")
     done = confirm_failures(report, Confirm(), rerunner, budget_s=60, where="here")
     assert done.round_hosts == hosts
     assert done.passed_on == {f"tests.t::test_gpu_{i}": "ssh://gpu-b" for i in range(3)}
     assert done.suspect_host == "ssh://gpu-a"
     assert done.summary() == (
-        "; 3 passed on a confirmation re-run; suspect host ssh://gpu-a "
-        "(3 of 4 failing tests passed when re-run on ssh://gpu-b)"
+        "; 3 passed on a confirmation re-run; suspect host ssh://gpu-a (3 of 4 failing tests, failing "
+        "with `RuntimeError: CUDA error: an illegal memory access was encountered at gpu <n>`, passed "
+        "when re-run on ssh://gpu-b)"
     )
     assert "**Suspect host: ssh://gpu-a**" in done.markdown()
     assert "passed on confirmation re-run on ssh://gpu-b" in done.markdown()
     # Their failures were the host's: plain passes in the report, not flaky evidence.
     attempts = {c.name: (c.outcome, c.attempts) for c in done.report.cases}
-    assert attempts["test_gpu_0"] == ("passed", 1) and attempts["test_gpu_3"] == ("failed", 3)
+    assert attempts["test_gpu_0"] == ("passed", 1) and attempts["test_gpu_2"] == ("passed", 1)
+    assert attempts["test_broken"] == ("failed", 3)
 
-    # One test that passed elsewhere may as well be flaky: no suspect.
-    report = _report({**STABLE, "test_flaky": "failed", "test_broken": "failed"})
-    script = Script({"test_flaky": ["passed"], "test_broken": ["failed", "failed"]})
+    # Flaky tests pass on a re-run wherever they run: three with their own failures, passing on the
+    # other host, name no suspect and stay flaky evidence.
+    flaky = tuple(
+        TestCase("tests.t", f"test_flaky_{i}", "failed", message=f"AssertionError: {word} drifted")
+        for i, word in enumerate(("loss", "grad", "cache"))
+    )
+    report = TestReport("unit", (*_report(STABLE).cases, *flaky))
+    script = Script({c.name: ["passed"] for c in flaky})
     rerunner = dataclasses.replace(script.rerunner(), host_of=hosts.__getitem__, suite_host="ssh://gpu-a")
     done = confirm_failures(report, Confirm(), rerunner, budget_s=60, where="here")
-    assert done.passed_on == {"tests.t::test_flaky": "ssh://gpu-b"} and done.suspect_host is None
-    assert done.summary() == "; 1 passed on a confirmation re-run"
+    assert len(done.passed_on) == 3 and done.suspect_host is None
+    assert done.summary() == "; 3 passed on a confirmation re-run"
+    assert {c.name: c.attempts for c in done.report.cases if c.name.startswith("test_flaky")} == {
+        "test_flaky_0": 2,
+        "test_flaky_1": 2,
+        "test_flaky_2": 2,
+    }
 
 
 def test_bazel_like_rerunners_run_every_attempt_in_one_round() -> None:

@@ -25,7 +25,7 @@ from nightly_assets.results import TestCase, TestReport
 from nightly_assets.testing.clusters import night_clusters
 from nightly_assets.testing.flakiness import is_wholesale
 from nightly_assets.testing.report_metadata import MAX_FAILURE_ROWS  # as many as the failures table shows
-from nightly_assets.testing.signatures import signature
+from nightly_assets.testing.signatures import is_generic, signature
 from nightly_assets.testing.streamed_cases import replaced_cases
 
 if TYPE_CHECKING:  # the catalog imports the stage kinds, which import this module
@@ -33,9 +33,11 @@ if TYPE_CHECKING:  # the catalog imports the stage kinds, which import this modu
 
 _log = logging.getLogger(__name__)
 
-# A host is the suspect when this many of the suite's failing tests passed once moved off it (and
-# they are most of those re-run): one or two may be flaky tests passing by chance, as they would on
-# the same host; several unrelated tests that all recover once moved point at the machine.
+# A host is the suspect when this many of the suite's failing tests that failed alike there (one
+# failure signature, more than a bare comparison of values) passed once moved off it. Passing on a
+# re-run alone says nothing of the host: a flaky test passes on a re-run wherever it runs, and on a
+# flaky-heavy night three or more do. Several tests failing with one message on one machine and
+# passing on another point at the machine (one or two may still share a message by chance).
 SUSPECT_HOST_MIN = 3
 
 # Runs one round: (addresses, round number from 1, runs of each test, seconds left) -> its report.
@@ -73,17 +75,26 @@ class Confirmation:
     suite_host: str | None = None  # where the suite ran (a pool of hosts), else None
     round_hosts: dict[int, str] = field(default_factory=dict)  # round -> the host it ran on
     passed_on: dict[str, str] = field(default_factory=dict)  # node id -> the host it passed on
+    signatures: dict[str, str] = field(default_factory=dict)  # node id -> its failure's signature
 
     @property
     def suspect_host(self) -> str | None:
         """The suite's host when the failures look like the machine's: at least SUSPECT_HOST_MIN
-        failing tests passed once moved to another host, and they are most of those re-run."""
+        failing tests with one failure signature passed once moved to another host."""
+        return self.suite_host if self._moved_alike() else None
+
+    def _moved_alike(self) -> list[str]:
+        """The largest group of tests, failing with one telling signature on the suite's host and
+        passing elsewhere, when it has SUSPECT_HOST_MIN or more; else []."""
         if self.suite_host is None:
-            return None
-        moved = [test for test, host in self.passed_on.items() if host != self.suite_host]
-        if len(moved) >= SUSPECT_HOST_MIN and 2 * len(moved) > len(self.rerun):
-            return self.suite_host
-        return None
+            return []
+        groups: dict[str, list[str]] = {}
+        for test, host in self.passed_on.items():
+            sig = self.signatures.get(test)
+            if host != self.suite_host and sig is not None and not is_generic(sig):
+                groups.setdefault(sig, []).append(test)
+        largest = max(groups.values(), key=len, default=[])
+        return largest if len(largest) >= SUSPECT_HOST_MIN else []
 
     def manifest(self) -> dict[str, Any]:
         return {
@@ -100,6 +111,7 @@ class Confirmation:
             "round_hosts": self.round_hosts,
             "passed_on": self.passed_on,
             "suspect_host": self.suspect_host,
+            "suspect_signature": self.signatures[alike[0]] if (alike := self._moved_alike()) else None,
         }
 
     def metadata(self) -> dict[str, object]:
@@ -147,9 +159,13 @@ class Confirmation:
         return f" on {host}" if host is not None and host != self.suite_host else ""
 
     def _moved_words(self) -> str:
-        moved = sorted({h for h in self.passed_on.values() if h != self.suite_host})
-        passed = sum(h != self.suite_host for h in self.passed_on.values())
-        return f"{passed} of {len(self.rerun)} failing tests passed when re-run on {', '.join(moved)}"
+        alike = self._moved_alike()
+        hosts = sorted({self.passed_on[test] for test in alike})
+        sig = self.signatures[alike[0]] if alike else ""
+        return (
+            f"{len(alike)} of {len(self.rerun)} failing tests, failing with `{sig}`, passed when re-run "
+            f"on {', '.join(hosts)}"
+        )
 
 
 def select(
@@ -209,6 +225,7 @@ def confirm_failures(
             pending[case.node_id] = case
             addresses[case.node_id] = address
     done.rerun = list(pending)
+    done.signatures = {t: sig for t, case in pending.items() if (sig := signature(case.message)) is not None}
     merged: dict[str, TestCase] = {}
     rounds, per_round = (1, confirm.attempts) if rerunner.runs_at_once else (confirm.attempts, 1)
     started = time.monotonic()
@@ -262,11 +279,11 @@ def confirm_failures(
             done.runs += runs_each
     done.seconds = time.monotonic() - started
     if done.suspect_host is not None:
-        # The suspect host's failures are the machine's, not the tests': a test that passed once
-        # moved is a plain pass (not flaky evidence); the manifest keeps where it failed.
-        for test_id, host in done.passed_on.items():
-            if host != done.suite_host:
-                merged[test_id] = dataclasses.replace(merged[test_id], attempts=1)
+        # The suspect host's failures are the machine's, not the tests': a test that failed alike
+        # there and passed once moved is a plain pass (not flaky evidence); the manifest keeps
+        # where it failed.
+        for test_id in done._moved_alike():
+            merged[test_id] = dataclasses.replace(merged[test_id], attempts=1)
     done.report = dataclasses.replace(
         report,
         cases=replaced_cases(report.cases, merged),  # type: ignore[arg-type]  # streamed stays streamed
