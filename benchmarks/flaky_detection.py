@@ -73,7 +73,7 @@ from benchmarks.flaky_outages import (
 from nightly_assets.testing.clusters import infra_for, night_clusters, outages
 from nightly_assets.testing.confirm import SUSPECT_HOST_MIN
 from nightly_assets.testing.flakiness import Observation, Pins, classify, infra_nights, is_wholesale
-from nightly_assets.testing.signatures import signature
+from nightly_assets.testing.signatures import is_generic, signature
 
 # The issue's replay (issue #26): 180 nights x 5,000 tests, 8 % flaky, half the suites not
 # retrying, a 30-night window; the other figures are the earlier benchmark's, stated in the
@@ -276,8 +276,14 @@ def _suite_run(
             confirmed[i] = (
                 ("passed", passed, sig) if passed else (own[i][0], test.attempts + CONFIRM_ATTEMPTS, sig)
             )
-        moved = [i for i in failed[:CONFIRM_MAX_TESTS] if confirmed[i][0] == "passed"]
-        if host and len(moved) >= SUSPECT_HOST_MIN and 2 * len(moved) > len(failed[:CONFIRM_MAX_TESTS]):
+        # as Confirmation.suspect_host: tests failing alike (one telling signature) that passed once moved
+        alike: dict[str, list[int]] = {}
+        for i in failed[:CONFIRM_MAX_TESTS]:
+            sig = own[i][3]
+            if confirmed[i][0] == "passed" and sig is not None and not is_generic(sig):
+                alike.setdefault(sig, []).append(i)
+        moved = max(alike.values(), key=len, default=[])
+        if host and len(moved) >= SUSPECT_HOST_MIN:
             cost["suspect hosts"] += 1
             for i in moved:  # the machine's failures: a pass once moved is a plain pass
                 confirmed[i] = ("passed", 1, None)

@@ -10,8 +10,8 @@
   (HOST_CHANCE a suite-night to start), and the HOST_SHARE of the suite that runs on it fails
   with a host's message (an illegal memory access, a lost device, NCCL); the night's later run
   lands on it again, but the confirmation re-runs go to another host of the pool, where the tests
-  pass or fail as their own; when SUSPECT_HOST_MIN or more passed there and they are most of
-  those re-run, the host is the suspect and those passes are plain passes (confirm.py).
+  pass or fail as their own; when SUSPECT_HOST_MIN or more that failed with one telling signature
+  passed there, the host is the suspect and those passes are plain passes (confirm.py).
 
 Infra events found are scored against the simulated outages (resource down, bad host)."""
 
