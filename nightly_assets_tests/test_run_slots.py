@@ -14,7 +14,6 @@ import dagster as dg
 import pytest
 from dagster._core.execution.backfill import PartitionBackfill
 from dagster._core.test_utils import create_test_daemon_workspace_context, freeze_time
-from dagster._core.workspace.load_target import ModuleTarget
 from dagster._daemon.backfill import execute_backfill_iteration
 
 from nightly_assets.catalog.cadence import CadenceError, cron_hours, split_cell
@@ -27,7 +26,7 @@ from nightly_assets.resources import resources_for
 from nightly_assets.results import NightKey
 from nightly_assets_tests.catalog_files import copy_catalog, edit_pipeline
 from nightly_assets_tests.test_missing_night import Night
-from nightly_assets_tests.test_schedule_ticks import ROOT, scheduler_instance, tick
+from nightly_assets_tests.test_schedule_ticks import code_location, scheduler_instance, tick
 
 __all__ = ["scheduler_instance"]  # the fixture, shared with the schedule's own test
 
@@ -123,13 +122,7 @@ def test_a_cell_names_its_target_and_hour() -> None:
 def test_the_schedule_queues_one_run_per_slot_and_a_backfill_takes_one_slot(
     slotted_catalog, scheduler_instance
 ):
-    target = ModuleTarget(
-        module_name="nightly_assets.definitions",
-        attribute="defs",
-        working_directory=str(ROOT),
-        location_name="nightly_assets",
-    )
-    with create_test_daemon_workspace_context(target, scheduler_instance) as context:
+    with create_test_daemon_workspace_context(code_location(), scheduler_instance) as context:
         tick(context, dt.datetime(2026, 11, 3, 23, 59, tzinfo=dt.UTC))  # the daemon starts
         for hour in (0, 6, 12, 18):  # the day's four ticks
             tick(context, dt.datetime(2026, 11, 4, hour, 0, 30, tzinfo=dt.UTC))

@@ -44,14 +44,18 @@ def scheduler_instance(nightly_home, tmp_path, monkeypatch):
         yield instance
 
 
-def test_schedule_ticks_queue_one_run_per_target_for_the_night_that_ended(scheduler_instance):
-    target = ModuleTarget(
+def code_location() -> ModuleTarget:
+    """The code location as `dagster dev` loads it (workspace.yaml)."""
+    return ModuleTarget(
         module_name="nightly_assets.definitions",
         attribute="defs",
         working_directory=str(ROOT),
         location_name="nightly_assets",
     )
-    with create_test_daemon_workspace_context(target, scheduler_instance) as context:
+
+
+def test_schedule_ticks_queue_one_run_per_target_for_the_night_that_ended(scheduler_instance):
+    with create_test_daemon_workspace_context(code_location(), scheduler_instance) as context:
         tick(context, dt.datetime(2026, 11, 4, 1, 59, tzinfo=dt.UTC))  # the daemon starts: no tick due
         assert scheduler_instance.get_runs() == []
 

@@ -105,9 +105,7 @@ def no_new_broken(
 ) -> dg.AssetCheckResult:
     """`spans`: the suspect ranges of the new failures (see GitSourcesResource.suspects)."""
     new = [j for j in judged if j.new_failure]
-    lines = [new_failure_line(j, spans) for j in new[:SHOWN]]
-    if len(new) > SHOWN:
-        lines.append(f"… and {len(new) - SHOWN} more")
+    lines = _shown([new_failure_line(j, spans) for j in new[:SHOWN]], len(new))
     return dg.AssetCheckResult(
         check_name=NO_NEW_BROKEN,
         asset_key=key,
@@ -136,9 +134,7 @@ def new_failure_line(judged: Judged, spans: dict[SpanKey, dict[str, Any]]) -> st
 def no_flakier(key: dg.AssetKey, judged: list[Judged]) -> dg.AssetCheckResult:
     """One line per test newly in a burst tonight (`Judged.new_flakier`)."""
     new = [j for j in judged if j.new_flakier]
-    lines = [flakier_line(j) for j in new[:SHOWN]]
-    if len(new) > SHOWN:
-        lines.append(f"… and {len(new) - SHOWN} more")
+    lines = _shown([flakier_line(j) for j in new[:SHOWN]], len(new))
     return dg.AssetCheckResult(
         check_name=NO_FLAKIER,
         asset_key=key,
@@ -164,9 +160,7 @@ def flakier_line(judged: Judged) -> str:
 
 def no_infra_event(key: dg.AssetKey, events: list[Cluster]) -> dg.AssetCheckResult:
     """One line per infra cluster of tonight; its tests are in no broken-test alert."""
-    lines = [e.line() for e in events[:SHOWN]]
-    if len(events) > SHOWN:
-        lines.append(f"… and {len(events) - SHOWN} more")
+    lines = _shown([e.line() for e in events[:SHOWN]], len(events))
     return dg.AssetCheckResult(
         check_name=NO_INFRA_EVENT,
         asset_key=key,
@@ -175,3 +169,8 @@ def no_infra_event(key: dg.AssetKey, events: list[Cluster]) -> dg.AssetCheckResu
         description="; ".join(lines) or "no shared resource failed part of a suite tonight",
         metadata={"infra_events": len(events), "tests": sum(len(e.tests) for e in events)},
     )
+
+
+def _shown(lines: list[str], of: int) -> list[str]:
+    """The first SHOWN of `of` lines an alert names, and how many more there are."""
+    return [*lines, f"… and {of - SHOWN} more"] if of > SHOWN else lines
