@@ -224,6 +224,7 @@ def _suite_run(
     down: dict[int, str] | None = None,
     back: bool = False,
     host: bool = False,
+    order: Callable[[SimTest], tuple[bool, ...]] = lambda test: (),
 ) -> list[Run]:
     """One run of a suite's tests that are not skipped: (outcome, attempts, signature) with
     confirmation, and the same run's outcome without it (tallied after the confirmed ones).
@@ -257,7 +258,7 @@ def _suite_run(
         clustered = {
             int(i) for ts in night_clusters((str(i), own[i][3]) for i in failed).values() for i in ts
         }
-        failed.sort(key=lambda i: i in clustered)
+        failed.sort(key=lambda i: (i in clustered, *order(tests[i])))
         cost["not confirmed: over the cap"] += len(failed[CONFIRM_MAX_TESTS:])
         cost["clustered, not confirmed: over the cap"] += sum(
             i in clustered for i in failed[CONFIRM_MAX_TESTS:]
@@ -347,6 +348,23 @@ def _simulate(
     for test in tests:
         test.seen = {"confirmed": [], "unconfirmed": []}
     by_suite = {suite: [t for t in tests if t.suite == suite] for suite in SUITES}
+
+    wholesale: dict[tuple[str, int], set[dt.date]] = {}
+
+    def order(test: SimTest) -> tuple[bool, ...]:
+        """As confirm.select: a test judged broken on the previous night last (its alert went
+        out), a known-flaky one before it, after tonight's other failures (the previous night's
+        verdict on the confirmed stream, its wholesale nights left out)."""
+        window = test.seen["confirmed"][-WINDOW:]
+        if not window:
+            return (False, False)
+        tallies = observer.tallies["confirmed", test.suite]
+        if (test.suite, len(tallies)) not in wholesale:
+            recent = sorted(tallies)[-WINDOW:]
+            wholesale[test.suite, len(tallies)] = infra_nights({d: tallies[d] for d in recent})
+        state = classify(window, infra=wholesale[test.suite, len(tallies)]).state
+        return (state == "broken", state == "flaky")
+
     for night in range(NIGHTS):
         for suite in SUITES:
             members = [t for t in by_suite[suite] if night >= t.first]
@@ -362,12 +380,12 @@ def _simulate(
                 }
             crashed = (suite, night) in crashes
             back, host = scenario.back_for_reruns or scenario.host, scenario.host
-            runs = [_suite_run(ran, night, crashed, noisy, rng, cost, failing, back, host)]
+            runs = [_suite_run(ran, night, crashed, noisy, rng, cost, failing, back, host, order)]
             if (
                 night in reruns
             ):  # a later run of the night: the resource back, or still down (a host: bad all night)
                 again = {} if scenario.back_for_reruns else failing
-                runs.append(_suite_run(ran, night, False, noisy, rng, cost, again, back, host))
+                runs.append(_suite_run(ran, night, False, noisy, rng, cost, again, back, host, order))
             _cost(ran, runs[-1][: len(ran)], cost)
             outcomes = {t.index: [r[i :: len(ran)] for r in runs] for i, t in enumerate(ran)}
             for stream, pick in (("confirmed", 0), ("unconfirmed", 1)):
@@ -558,9 +576,10 @@ def _showed(test: SimTest, observer: _Observer, stream: str, first: int) -> bool
     return False
 
 
-TARGETS: dict[str, tuple[str, float]] = {  # name: (direction, target) from issue #26
-    "broken_alert_precision": (">=", 0.9),
-    "broken_alert_recall": (">=", 0.9),
+TARGETS: dict[str, tuple[str, float]] = {  # name: (direction, target) from issues #26 and #40
+    "broken_alert_precision": (">=", 0.95),
+    "broken_alert_recall": (">=", 0.95),
+    "false_alerts_per_night": ("<=", 0.1),
     "broken_alert_median_delay": ("<=", 1.0),
     "flaky_precision": (">=", 0.95),
     "flaky_recall": (">=", 0.9),
@@ -587,7 +606,7 @@ ROWS = (
     ("infra event precision", "infra_event_precision"),
     ("infra event recall", "infra_event_recall"),
 )
-RATIOS = {"false_alerts_per_night", "infra_event_precision", "infra_event_recall"}
+RATIOS = {"infra_event_precision", "infra_event_recall"}
 
 
 def _table(columns: dict[str, dict[str, float]]) -> None:
@@ -668,8 +687,6 @@ def main() -> dict[str, float]:
             prefix = f"{scenario.key}_" if scenario.key else ""
             ratios.update({f"{prefix}{name}": first[name] for name in TARGETS})
             ratios.update({f"{prefix}unconfirmed_{name}": second[name] for name in TARGETS})
-            ratios[f"{prefix}false_alerts_per_night"] = first["false_alerts_per_night"]
-            ratios[f"{prefix}unconfirmed_false_alerts_per_night"] = second["false_alerts_per_night"]
             continue
         prefix = scenario.key
         for name in (*TARGETS, *RATIOS):

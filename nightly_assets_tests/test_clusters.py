@@ -65,7 +65,11 @@ def history(
     names = {"P": "passed", "F": "failed"}
     return [
         Observation(
-            day(n), {"plugin": f"p{n}"}, names[c], 2 if n in retried else 1, signature=signatures.get(n)
+            day(n),
+            {"plugin": f"p{n}"},
+            names[c],
+            2 if n in retried else 3 if c == "F" else 1,  # a failure confirmed by two re-runs
+            signature=signatures.get(n),
         )
         for n, c in enumerate(outcomes)
     ]

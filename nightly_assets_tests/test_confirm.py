@@ -551,14 +551,20 @@ def test_the_vms_wholesale_rule_is_the_classifiers() -> None:
     assert args.confirm_attempts == 0  # off unless the suite's confirm: block asks
 
 
-def test_past_max_tests_tonights_new_failures_are_re_run_before_long_broken_ones() -> None:
-    """Long-broken tests listed first must not crowd out the new failure whose alert the re-run decides."""
-    report = TestReport(
-        "unit",
-        tuple(TestCase("tests.t", f"test_{n}", "failed") for n in ("old_1", "old_2", "new")),
-    )
-    chosen, not_rerun = select(report, Confirm(max_tests=1), {"tests.t::test_old_1", "tests.t::test_old_2"})
-    assert [c.node_id for c in chosen] == ["tests.t::test_new"]
+def test_past_max_tests_failures_without_a_verdict_go_first_then_known_flaky_then_broken() -> None:
+    """Long-broken tests listed first must not crowd out the failures whose alert the re-run
+    decides: those with no verdict last night (new, or too new to tell), then known-flaky ones."""
+    names = ("old_1", "flaky", "old_2", "new", "young")
+    passing = tuple(TestCase("tests.t", f"test_ok_{n}", "passed") for n in range(20))  # not wholesale
+    report = TestReport("unit", (*(TestCase("tests.t", f"test_{n}", "failed") for n in names), *passing))
+    before = {
+        "tests.t::test_old_1": "broken",
+        "tests.t::test_old_2": "broken",
+        "tests.t::test_flaky": "flaky",
+        "tests.t::test_young": "insufficient",
+    }
+    chosen, not_rerun = select(report, Confirm(max_tests=3), before)
+    assert [c.node_id for c in chosen] == ["tests.t::test_new", "tests.t::test_young", "tests.t::test_flaky"]
     assert sorted(not_rerun) == ["tests.t::test_old_1", "tests.t::test_old_2"]
     chosen, _ = select(report, Confirm(max_tests=1))
     assert [c.node_id for c in chosen] == ["tests.t::test_old_1"]  # report order without history

@@ -97,7 +97,7 @@ def test_failing_every_attempt_from_a_night_with_a_changed_pin_is_broken_with_th
 
 
 def test_a_new_failure_tonight_is_broken_and_a_repo_added_that_night_is_a_suspect():
-    tonight = Observation(day(4), {"plugin": "p4", "jax": "j0", "xla": "x1"}, "error")
+    tonight = Observation(day(4), {"plugin": "p4", "jax": "j0", "xla": "x1"}, "error", attempts=3)
     verdict = classify([*history("PPPP"), tonight])
     assert verdict.state == "broken"
     assert (verdict.first_bad, verdict.last_good) == (day(4), day(3))
@@ -153,8 +153,9 @@ def test_a_failure_with_unchanged_pins_is_a_flake_for_one_night_and_broken_for_t
 
 
 def test_infra_nights_are_no_evidence_and_neither_start_nor_break_a_streak():
-    assert classify(history("PPPPE")).state == "broken"
-    assert classify(history("PPPPE"), infra={day(4)}).state == "stable"
+    confirmed = {"n4": at(4, "error", attempts=3)}
+    assert classify(history("PPPPE", **confirmed)).state == "broken"
+    assert classify(history("PPPPE", **confirmed), infra={day(4)}).state == "stable"
     assert classify(history("PPFPP", moving=False), infra={day(2)}).state == "stable"
     streak = classify(history("PPFPF"), infra={day(3)})
     assert streak.state == "broken"
@@ -202,9 +203,10 @@ def test_too_few_usable_nights_is_insufficient_unless_the_evidence_needs_no_hist
     never_passed = classify(history("FFF"))
     assert never_passed.state == "broken"
     assert (never_passed.first_bad, never_passed.last_good, never_passed.suspects) == (day(0), None, {})
-    since_a_pass = classify(history("PF"))
+    since_a_pass = classify(history("PF", n1=at(1, "failed", attempts=3)))  # confirmed: no more needed
     assert since_a_pass.state == "broken"
     assert since_a_pass.suspects == {"plugin": ("p0", "p1")}
+    assert classify(history("PF")).state == "insufficient"  # one attempt: a second night decides
     assert classify(history("P", n0=at(0, "passed", attempts=2))).state == "flaky"
 
 
@@ -270,3 +272,50 @@ def test_a_test_with_no_flaky_history_failing_a_week_is_broken_from_its_first_ni
         assert verdict.state == "broken", nights
         assert (verdict.first_bad, verdict.last_good) == (day(24), day(23))
         assert verdict.flakier_since is None
+
+
+def test_one_unconfirmed_attempt_is_no_verdict_until_the_test_fails_again():
+    """A failure nothing re-ran (no retry, no confirmation: over confirm.max_tests, or a runner
+    that cannot re-run) may be a flake of a test not known to be flaky yet."""
+    once = classify(history("PPPPF"))
+    assert once.state == "insufficient"
+    assert once.reason == "failed its one attempt on 2026-11-05, not re-run: broken if it fails again"
+    twice = classify(history("PPPPFF"))
+    assert twice.state == "broken"
+    assert (twice.first_bad, twice.last_good) == (day(4), day(3))
+
+
+def test_two_failed_stretches_that_recovered_make_a_test_flaky_whatever_their_length():
+    """Each recovery needs a fix, and a test fixed twice in the window fails more often than
+    commits break it: two stretches, single nights or longer, are flaky as two blips are."""
+    assert classify(history("PPFFPPPP")).state == "stable"  # one breakage, fixed
+    twice = classify(history("PPFFPPFFFPP"))
+    assert twice.state == "flaky"
+    assert twice.reason == "failed single nights 2026-11-03→04, 2026-11-07→09"
+    assert classify(history("PFPPFFPP")).state == "flaky"  # a blip and a longer stretch
+
+
+def test_a_known_flaky_test_failing_with_its_own_flake_is_flakier_until_min_nights():
+    """A streak failing with the signature of the test's earlier flakes may be a burst: flakier
+    since its first night, and broken only once it has lasted min_nights (three) nights."""
+    flake = "AssertionError: cache miss after load: <n> vs <n>"
+    other = "KeyError: 'weight'"
+
+    def obs(n: int, outcome: str, attempts: int = 5, sig: str | None = flake) -> Observation:
+        return Observation(day(n), {"plugin": f"p{n}"}, outcome, attempts, signature=sig)
+
+    # 20 nights, two of them passed on a retry after failing with the flake (2 of 22 attempts)
+    past = [obs(n, "passed", 2) if n in (3, 6) else obs(n, "passed", 1, None) for n in range(20)]
+    two = classify([*past, obs(20, "failed"), obs(21, "failed")])
+    assert two.state == "flaky"
+    assert two.flakier_since == day(20)
+    assert two.reason.startswith("failed every attempt on 2 nights since 2026-11-21 (10 attempts")
+    assert f"failing with its known flake `{flake}`, broken at 3 nights" in two.reason
+    three = classify([*past, obs(20, "failed"), obs(21, "failed"), obs(22, "failed")])
+    assert three.state == "broken" and three.first_bad == day(20)
+    # another signature is the test's own new failure: judged by its rate (broken on its first night)
+    assert classify([*past, obs(20, "failed", sig=other)]).state == "broken"
+    # a bare comparison of values tells nothing: no flake is known by it
+    bare = "AssertionError: assert <n> == <n>"
+    generic = [obs(n, "passed", 2, bare) if n in (3, 6) else o for n, o in enumerate(past)]
+    assert classify([*generic, obs(20, "failed", sig=bare)]).state == "broken"

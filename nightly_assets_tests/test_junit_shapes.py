@@ -47,7 +47,7 @@ def test_repeated_testcases_are_attempts_of_one_test_where_the_suite_counts_test
     by_name = {case.name: case for case in report.cases}
     assert report.total == 3
     flaky = by_name["testFlaky"]
-    assert (flaky.outcome, flaky.attempts, flaky.duration_s, flaky.message) == ("passed", 3, 3.5, None)
+    assert (flaky.outcome, flaky.attempts, flaky.duration_s, flaky.message) == ("passed", 3, 3.5, "try 2")
     assert report.flaky == (flaky,)
     broken = by_name["testBroken"]
     assert (broken.outcome, broken.attempts, broken.message) == ("failed", 2, "last")
@@ -168,6 +168,8 @@ def test_xcode_retries_counted_as_tests_are_attempts_of_one_test() -> None:
     assert [(c.node_id, c.duration_s) for c in flaky] == [("AppTests.LoginTests::testSignsIn()", 2.1)]
     last_try = 'XCTAssertEqual failed: ("2") is not equal to ("0") (LoginTests.swift:48)'
     assert report.cases[1].message == last_try
+    # the pass after a failed try keeps that try's message: its signature is the flake's
+    assert report.cases[0].message == "XCTAssertTrue failed (LoginTests.swift:31)"
     assert _counted(report) == (3, 1, 1)
 
 

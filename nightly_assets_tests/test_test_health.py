@@ -71,10 +71,14 @@ def test_the_write_keeps_retries_and_disagreeing_reruns_and_histories_hold_only_
     warehouse.record_test_report(
         night(1), report({**STABLE, "test_flip": "passed", "test_retry": "passed"}, {"test_retry": 2})
     )
-    # Night 3 (a new commit): test_new fails, after passing on 0 to 2.
+    # Night 3 (a new commit): test_new fails every attempt (two confirmation re-runs), after
+    # passing on 0 to 2.
     warehouse.record_test_report(night(2), report({**STABLE, "test_flip": "passed", "test_retry": "passed"}))
     warehouse.record_test_report(
-        night(3), report({**STABLE, "test_flip": "passed", "test_retry": "passed", "test_new": "failed"})
+        night(3),
+        report(
+            {**STABLE, "test_flip": "passed", "test_retry": "passed", "test_new": "failed"}, {"test_new": 3}
+        ),
     )
     found = warehouse.test_histories("p", "cpu", until=night(3).night, nights=30)
     assert found.nights == [night(i).night for i in range(4)]

@@ -66,7 +66,7 @@ def build_test_suite_asset(spec: StageSpec) -> dg.AssetsDefinition:
                 budget_s=suite.confirm.timeout_s or suite.timeout_minutes * 60,
                 where=f"'{run.runner_name}' ({run.runner_kind or 'local'})",
                 log=context.log.info,
-                failing_before=_failing_on(store, run.key, spec.stage.name, previous),
+                judged_before=_judged_on(store, run.key, spec.stage.name, previous),
             )
             report = confirmation.report
             devices = recorded_devices(run)
@@ -124,14 +124,15 @@ def build_test_suite_asset(spec: StageSpec) -> dg.AssetsDefinition:
     return _test_report
 
 
-def _failing_on(
+def _judged_on(
     store: "Warehouse", key: NightKey, suite: str, previous: tuple[dt.date, int] | None
-) -> set[str]:
-    """Node ids of the suite's failures on its previous night that ran (none: no such night)."""
+) -> dict[str, str]:
+    """Node id -> verdict state of the suite's tests that the test_health stage judged on the
+    suite's previous night that ran (none: no such night, or no health stage)."""
     if previous is None:
-        return set()
+        return {}
     night = NightKey(key.pipeline, previous[0], key.target)
-    return {c.node_id for c in store.failed_cases(night, suite)}
+    return {v.test_id: v.state for v in store.verdicts(night) if v.suite == suite}
 
 
 def _outcome_words(

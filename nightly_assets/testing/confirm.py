@@ -13,10 +13,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Sequence
-from collections.abc import Set as AbstractSet
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import dagster as dg
@@ -169,21 +169,27 @@ class Confirmation:
 
 
 def select(
-    report: TestReport, confirm: Confirm, failing_before: AbstractSet[str] = frozenset()
+    report: TestReport, confirm: Confirm, judged_before: Mapping[str, str] = MappingProxyType({})
 ) -> tuple[list[TestCase], dict[str, str]]:
     """The failing tests to re-run, and those left out with why. A collect-only report ran
     nothing; a wholesale failure (an infra failure, or a breakage of the whole suite) is not re-run.
-    Past `max_tests`, tonight's new failures go first: a test that also failed the night before
-    (`failing_before`, node ids) has had its verdict already, and long-broken tests must not
-    crowd out the ones whose alert tonight's re-run decides; the failures of an infra cluster
-    (testing/clusters.py: a resource down for part of the suite) go last, as a re-run decides
-    nothing for them (they are no broken tests, and a pass is no flaky evidence)."""
+    Past `max_tests`, the failures whose verdict tonight's re-run decides go first: tests with no
+    verdict on the suite's previous night (`judged_before`: node id -> its state then), then the
+    known-flaky ones (their failures are judged by their own rate; a re-run only adds attempts),
+    then those broken already (their alert went out: long-broken tests must not crowd out the
+    new ones); the failures of an infra cluster (testing/clusters.py: a resource down for part of
+    the suite) go last, as a re-run decides nothing for them (they are no broken tests, and a
+    pass is no flaky evidence). A test that failed last night without a verdict (too new to tell,
+    or one unconfirmed attempt) goes first: tonight may be the night it is judged."""
     clustered = {
         node_id
         for tests in night_clusters((c.node_id, signature(c.message)) for c in report.failures).values()
         for node_id in tests
     }
-    failures = sorted(report.failures, key=lambda c: (c.node_id in clustered, c.node_id in failing_before))
+    rank = {"flaky": 1, "broken": 2}
+    failures = sorted(
+        report.failures, key=lambda c: (c.node_id in clustered, rank.get(judged_before.get(c.node_id, ""), 0))
+    )
     if report.collect_only or not failures or confirm.attempts == 0:
         return [], {}
     ran = report.count("passed") + len(failures)
@@ -202,12 +208,12 @@ def confirm_failures(
     *,
     budget_s: float,
     where: str,
-    failing_before: AbstractSet[str] = frozenset(),
+    judged_before: Mapping[str, str] = MappingProxyType({}),
     log: Callable[[str], None] = _log.info,
 ) -> Confirmation:
     """Re-run the report's failing tests as `confirm` allows and merge what they gave; `where`
     names the runner for the note when it cannot re-run (`rerunner` None)."""
-    chosen, not_rerun = select(report, confirm, failing_before)
+    chosen, not_rerun = select(report, confirm, judged_before)
     done = Confirmation(report, attempts=confirm.attempts, not_rerun=not_rerun)
     done.suite_host = rerunner.suite_host if rerunner is not None else None
     if not chosen:

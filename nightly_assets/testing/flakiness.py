@@ -11,12 +11,17 @@ the first attempt with no re-run disagreeing. Over the usable nights, oldest fir
   which one failed and the other did not; each counts once. Pins move on most nights, so there
   is a weaker, statistical signal too: a *blip*, one failed night between two that were not
   (with moved pins on both sides, else it is already a flip). One blip may as well be a
-  breakage fixed the next day; two or more make the test flaky. A failed streak of two or more
-  nights that recovered is no blip: it was broken while it lasted, then fixed.
+  breakage fixed the next day; two or more make the test flaky. A longer failed stretch that
+  recovered counts as a blip too: one may be a breakage fixed a few nights later, but each
+  recovery needs a fix, and a test fixed twice in the window fails more often than commits break
+  it (a test failing half its nights has such stretches, not single nights, most of the time).
 * Broken: a streak of failed nights reaching the newest night (infra and skipped nights neither
   start nor break it). For a test with no flaky evidence before the streak, two or more nights
-  are broken, and so is one night unless the flip into it had unchanged pins (then it is a flake
-  until it fails again). A test known to be flaky before the streak is broken once its own
+  are broken, and so is one night unless the flip into it had unchanged pins (then it is a
+  flake until it fails again) or its one attempt was never re-run (no retry, no confirmation:
+  over `confirm.max_tests`, or a runner that cannot re-run), which waits for a second night:
+  one attempt cannot tell a flake of a test not known to be flaky from a breakage, and
+  confirmation exists to tell. A test known to be flaky before the streak is broken once its own
   flakiness no longer explains the streak: the chance that every attempt of the streak failed
   by chance, at the test's failure rate per attempt before it (Laplace's rule of succession:
   (failed + 1) / (attempts + 2)), is at most FALSE_BROKEN_CHANCE spread over the usable nights
@@ -46,10 +51,18 @@ the first attempt with no re-run disagreeing. Over the usable nights, oldest fir
   So a breakage in a burst is found late, as probability has it: at a burst rate of 81 % (12 of
   14 attempts failed), three attempts a night, 14 failed nights in a row; at 90 %, 26. A burst
   that starts with a failed streak cannot be told from a breakage until the test passes again:
-  that streak is judged at the rate before it (broken, on the rules above), and on the night the
-  test passes it is flaky again, flakier since the streak's first night.
+  that streak is judged at the rate before it, and on the night the test passes it is flaky
+  again, flakier since the streak's first night. Unless it fails with its own flake: a streak
+  whose every night failed with one telling signature (more than a bare comparison of values)
+  that the test failed with before the streak is flakier since its first night, not broken,
+  until it has lasted `min_nights` nights, the history any verdict needs (a breakage usually
+  fails with a message of its own; the same flake failing night after night is a burst until
+  the nights say otherwise). That holds a test with no flaky evidence too (its earlier failure
+  with that signature recovered): insufficient until then.
 * Fewer than `min_nights` usable nights is insufficient, unless the verdict needs no more
-  history: a failed streak after a pass, or flaky evidence.
+  history: a failed streak after a pass, or flaky evidence. (So a new pipeline's second night
+  names the commit that broke a test; the price is paid on a flaky suite's first nights, when no
+  flaky test is known yet and a confirmed flake looks like a breakage.)
 * Otherwise the test is stable: a breakage that was fixed included.
 
 `in_quarantine`: a flaky test stays in quarantine until it has had `clean_nights` consecutive
@@ -70,6 +83,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Literal
 
+from nightly_assets.testing.signatures import is_generic
 from nightly_assets.words import plural
 
 State = Literal["stable", "flaky", "broken", "insufficient"]
@@ -189,6 +203,7 @@ class _Night:
     retried: bool  # the final run passed after failed attempts
     attempts: int  # of every run: the final run's own, one per earlier run (its attempts are not kept)
     failures: int  # failed attempts among them
+    signature: str | None  # what it failed with (a failed night, or the failed attempts of a retry)
 
     @property
     def failed(self) -> bool:  # every attempt of every run
@@ -216,7 +231,8 @@ def _usable(history: Sequence[Observation], infra: AbstractSet[dt.date]) -> list
         retried = obs.outcome == "passed" and obs.attempts > 1
         attempts = max(obs.attempts, 1) + len(outcomes) - 1
         failures = attempts - passes
-        nights.append(_Night(obs.night, obs.pins, len(outcomes), passes, retried, attempts, failures))
+        sig = obs.signature if obs.outcome != "passed" or retried else None
+        nights.append(_Night(obs.night, obs.pins, len(outcomes), passes, retried, attempts, failures, sig))
     return nights
 
 
@@ -236,10 +252,13 @@ def _evidence(nights: Sequence[_Night]) -> list[_Evidence]:
         before = nights[i - 1]
         if before.failed != night.failed and before.pins == night.pins:
             found.append(_Evidence(i, f"flipped with unchanged commits {_span(before.night, night.night)}"))
-        elif before.failed and not night.failed and i >= 2:
-            prior = nights[i - 2]  # a blip, unless the flip into it (unchanged pins) counted already
-            if not prior.failed and prior.pins != before.pins:
-                found.append(_Evidence(i, str(before.night), blip=True))
+        elif before.failed and not night.failed:
+            onset = i - 1  # the failed stretch's first night: a blip, unless the flip into it counted
+            while onset and nights[onset - 1].failed:
+                onset -= 1
+            if onset and nights[onset - 1].pins != nights[onset].pins:
+                text = str(before.night) if onset == i - 1 else _span(nights[onset].night, before.night)
+                found.append(_Evidence(i, text, blip=True))
     return found
 
 
@@ -317,6 +336,15 @@ def _burst(nights: Sequence[_Night], end: int, evidence: Sequence[_Evidence]) ->
     return _Burst(b, (failed + 1) / (tried + 2), rate)
 
 
+def _known_flake(nights: Sequence[_Night], start: int) -> str | None:
+    """The signature every night of the streak from `start` failed with, when the test failed
+    with it before the streak (a flake of its own) and it tells more than a bare comparison."""
+    streak = {n.signature for n in nights[start:]}
+    if len(streak) != 1 or (sig := streak.pop()) is None or is_generic(sig):
+        return None
+    return sig if any(n.signature == sig for n in nights[:start]) else None
+
+
 def _log_likelihood(failed: int, attempts: int) -> float:
     """Of `failed` of `attempts` at their own rate (binomial, without the constant)."""
     p = failed / attempts if attempts else 0.0
@@ -372,8 +400,10 @@ def classify(
         start -= 1
     streak = len(nights) - start
     burst = None  # in a burst before the streak, judged at the burst's rate when higher
+    known_flake = None  # the flake a known-flaky test's streak fails with: a burst, for a while
+    unconfirmed = streak == 1 and nights[-1].attempts == 1  # one attempt, never re-run
+    chance = None
     if streak and (start or len(nights) >= min_nights):
-        chance = None
         if _is_flaky([e for e in evidence if e.at < start]):
             chance = _by_chance(nights, start)
             broken = chance <= FALSE_BROKEN_CHANCE / len(nights)
@@ -383,12 +413,28 @@ def classify(
             else:
                 burst = None
         else:  # the flip into a single failed night with unchanged pins is a flake until it fails again
-            broken = streak >= 2 or not flaky
+            broken = (streak >= 2 or not flaky) and not unconfirmed
+        if broken and streak < min_nights and (known_flake := _known_flake(nights, start)):
+            broken = False
         if broken:
             return _broken(nights, start, evidence, pass_rate)
+        if known_flake is not None and not flaky:
+            reason = (
+                f"failing with `{known_flake}` since {nights[start].night}, as it failed before and"
+                f" passed again: broken at {min_nights} nights"
+            )
+            return Verdict("insufficient", reason, flaky_evidence=len(evidence), pass_rate=pass_rate)
+        if unconfirmed and not flaky:
+            reason = f"failed its one attempt on {nights[-1].night}, not re-run: broken if it fails again"
+            return Verdict("insufficient", reason, flaky_evidence=len(evidence), pass_rate=pass_rate)
     if flaky:
         reason = _describe(evidence)
         flakier = _burst(nights, len(nights), evidence) or burst
+        if known_flake is not None:  # the streak is its burst until it has lasted min_nights
+            failed_since = sum(n.failures for n in nights[start:])
+            tried_since = sum(n.attempts for n in nights[start:])
+            flakier = _Burst(start, (failed_since + 1) / (tried_since + 2), _rate(nights[:start]))
+            reason = f"failing with its known flake `{known_flake}`, broken at {min_nights} nights; {reason}"
         if flakier is not None:
             since = nights[flakier.at].night
             reason = (

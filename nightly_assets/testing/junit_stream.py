@@ -189,6 +189,8 @@ class JUnitStream:
             if text == PYTEST_COLLECTION_FAILURE:
                 text = f"{text}: {collection_cause(detail.text or '')}"
             message = cap(text, MAX_MESSAGE_CHARS) if text else None
+        elif element.rerun_message:
+            message = cap(element.rerun_message, MAX_MESSAGE_CHARS)
         raw_time = attrib.get("time")
         seconds = 0.0
         if raw_time is not None:
@@ -241,7 +243,7 @@ class _Node:
     """A <testcase> (its <failure>/<error>/<skipped> children in `details`, its Surefire reruns
     counted), or one of those details (with its leading text): what `_case` reads."""
 
-    __slots__ = ("attrib", "details", "reruns", "tag", "text")
+    __slots__ = ("attrib", "details", "rerun_message", "reruns", "tag", "text")
 
     def __init__(self, tag: str, attrib: dict[str, str]) -> None:
         self.tag = tag
@@ -249,6 +251,7 @@ class _Node:
         self.text: str | None = None
         self.details: list[_Node] = []
         self.reruns = 0
+        self.rerun_message: str | None = None  # the last flakyFailure's (Surefire)
 
 
 class _Scope:
@@ -304,11 +307,15 @@ class _Run:
         message are the last one's, or each a test of its own, the second on named "name (2)"."""
         tries = self.tries
         if self.scope.retries:
+            # a pass after failed tries keeps the last failure's message (its signature tells an
+            # outage's cluster from the test's own flake)
+            message = next((t.message for t in reversed(tries) if t.message is not None), None)
             return [
                 dataclasses.replace(
                     tries[-1],
                     attempts=sum(t.attempts for t in tries),
                     duration_s=sum(t.duration_s for t in tries),
+                    message=tries[-1].message if tries[-1].outcome != "passed" else message,
                 )
             ]
         cases = [tries[0]]
@@ -387,6 +394,11 @@ class _Target:
                     self.expat.CharacterDataHandler = self.data
                 elif tag in _RERUN_ALL_TAGS:
                     case.reruns += 1
+                    if tag in _FLAKY_TAGS:
+                        # a pass after failed reruns keeps what it last failed with (its
+                        # signature tells an outage's cluster from the test's own flake)
+                        kept = dict(zip(attributes[::2], attributes[1::2], strict=True))
+                        case.rerun_message = kept.get("message") or kept.get("type") or case.rerun_message
             elif inner == 1 and self.text_of is not None:
                 self._end_text()  # .text is what comes before the detail's first child
             return
