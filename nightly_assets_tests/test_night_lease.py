@@ -142,7 +142,10 @@ def test_cancelling_the_waiting_run_leaves_the_first_runs_night_alone(dagster_ho
     import signal
 
     marker = f"nightly-lease-cancel-{uuid.uuid4().hex}"
-    first = start_night_with_a_slow_benchmark(tmp_path, marker, seconds=8)
+    # the first night holds until the second run is cancelled (a fixed sleep ended first on a
+    # loaded machine, and the second run then ran a night of its own)
+    release = tmp_path / "release"
+    first = start_night_with_a_slow_benchmark(tmp_path, marker, seconds=120, release=release)
     try:
         wait_for_the_benchmark(first, marker)
         env = {**os.environ, "NIGHTLY_CATALOG_DIR": str(tmp_path / "catalog"), "PYTHONUNBUFFERED": "1"}
@@ -159,6 +162,7 @@ def test_cancelling_the_waiting_run_leaves_the_first_runs_night_alone(dagster_ho
                 break
         second.send_signal(signal.SIGINT)
         second_rest, _ = second.communicate(timeout=120)
+        release.touch()
         first_rest, _ = first.communicate(timeout=300)
     finally:
         first.kill()

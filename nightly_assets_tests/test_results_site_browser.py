@@ -15,7 +15,9 @@ from nightly_assets_tests.test_artefact_links import artefact_server  # noqa: F4
 from nightly_assets_tests.test_demo_night import Night, nights  # noqa: F401 - the fixture
 from nightly_assets_tests.test_retention_browser import browser_page
 
-pytestmark = [pytest.mark.browser, pytest.mark.slow]
+# its own worker: it shares no UI daemon with the other browser tests (the browser group is the
+# suite's critical path)
+pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.xdist_group("results_site_browser")]
 GOOD, FAILED = "2026-11-03", "2026-11-07"  # 11-07's commit breaks test_mean
 PAGES = ("index.html", "health.html", "perf.html", "cost.html", "alerts.html")
 SERIOUS = ("serious", "critical")

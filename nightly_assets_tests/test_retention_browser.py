@@ -14,7 +14,9 @@ from nightly_assets_tests.test_demo_night import Night, nights  # noqa: F401 - t
 from nightly_assets_tests.test_retention_links import summary_links
 from nightly_assets_tests.test_ui import CHROMIUM, CHROMIUM_ARGS
 
-pytestmark = [pytest.mark.browser, pytest.mark.slow]
+# its own worker: it shares no UI daemon with the other browser tests (the browser group is the
+# suite's critical path)
+pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.xdist_group("retention_browser")]
 FAILED, LATER, BACKFILLED = "2026-11-07", "2026-11-19", "2026-11-05"
 
 
