@@ -9,13 +9,12 @@ from nightly_assets.testing.clusters import (
     MIN_CLUSTER,
     MIN_KNOWN_CLUSTER,
     Cluster,
-    failed_with,
     infra_for,
     is_cluster,
     night_clusters,
     outages,
 )
-from nightly_assets.testing.flakiness import Observation, classify
+from nightly_assets.testing.flakiness import Observation, classify, failed_with
 
 START = dt.date(2026, 11, 1)
 REFUSED = "ConnectionRefusedError: [Errno <n>] Connection refused to <addr>"

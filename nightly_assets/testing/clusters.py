@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
-from nightly_assets.testing.flakiness import Observation
+from nightly_assets.testing.flakiness import Observation, failed_with
 from nightly_assets.testing.signatures import is_generic, is_known_infra
 
 # One test failing with an infra-like message may be its own (a regression that needs more memory,
@@ -63,14 +63,6 @@ def is_cluster(signature: str, size: int) -> bool:
     if is_known_infra(signature):
         return size >= MIN_KNOWN_CLUSTER
     return size >= MIN_CLUSTER and not is_generic(signature)
-
-
-def failed_with(obs: Observation) -> str | None:
-    """The signature a test failed with on its night: its final run's failure, or the failed
-    attempts of a run that passed on a retry or a confirmation re-run."""
-    if obs.outcome in FAILED or (obs.outcome == "passed" and obs.attempts > 1):
-        return obs.signature
-    return None
 
 
 def night_clusters(failures: Iterable[tuple[str, str | None]]) -> dict[str, tuple[str, ...]]:

@@ -148,6 +148,14 @@ class Observation:
             object.__setattr__(self, "pins", Pins(self.pins))
 
 
+def failed_with(obs: Observation) -> str | None:
+    """The signature a test failed with on its night: its final run's failure, or the failed
+    attempts of a run that passed on a retry or a confirmation re-run."""
+    if obs.outcome in RAN and (obs.outcome != "passed" or obs.attempts > 1):
+        return obs.signature
+    return None
+
+
 MIN_WHOLESALE_FAILURES = 5  # a suite of three tests with two failing is no infra failure
 
 
@@ -231,7 +239,7 @@ def _usable(history: Sequence[Observation], infra: AbstractSet[dt.date]) -> list
         retried = obs.outcome == "passed" and obs.attempts > 1
         attempts = max(obs.attempts, 1) + len(outcomes) - 1
         failures = attempts - passes
-        sig = obs.signature if obs.outcome != "passed" or retried else None
+        sig = failed_with(obs)
         nights.append(_Night(obs.night, obs.pins, len(outcomes), passes, retried, attempts, failures, sig))
     return nights
 

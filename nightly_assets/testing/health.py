@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from nightly_assets.results import NightKey, TestCase
-from nightly_assets.testing.clusters import Cluster, failed_with, infra_for
-from nightly_assets.testing.flakiness import Verdict, classify, in_quarantine
+from nightly_assets.testing.clusters import Cluster, infra_for
+from nightly_assets.testing.flakiness import Verdict, classify, failed_with, in_quarantine
 from nightly_assets.testing.signatures import common_resource, is_known_infra
 
 if TYPE_CHECKING:

@@ -307,15 +307,17 @@ class _Run:
         message are the last one's, or each a test of its own, the second on named "name (2)"."""
         tries = self.tries
         if self.scope.retries:
-            # a pass after failed tries keeps the last failure's message (its signature tells an
-            # outage's cluster from the test's own flake)
-            message = next((t.message for t in reversed(tries) if t.message is not None), None)
+            last = tries[-1]
+            message = last.message
+            if last.outcome == "passed":  # keeps the last failed try's message: its signature
+                # tells an outage's cluster from the test's own flake
+                message = next((t.message for t in reversed(tries) if t.message is not None), None)
             return [
                 dataclasses.replace(
-                    tries[-1],
+                    last,
                     attempts=sum(t.attempts for t in tries),
                     duration_s=sum(t.duration_s for t in tries),
-                    message=tries[-1].message if tries[-1].outcome != "passed" else message,
+                    message=message,
                 )
             ]
         cases = [tries[0]]

@@ -16,8 +16,8 @@ from sqlalchemy.orm import Session
 
 from nightly_assets.results import NightKey, TestReport, node_id_of
 from nightly_assets.testing.clusters import FAILED as FAILED_OUTCOMES
-from nightly_assets.testing.clusters import failed_with, night_clusters, outages
-from nightly_assets.testing.flakiness import Observation, infra_nights, is_wholesale
+from nightly_assets.testing.clusters import night_clusters, outages
+from nightly_assets.testing.flakiness import Observation, failed_with, infra_nights, is_wholesale
 from nightly_assets.testing.signatures import signature
 from nightly_assets.warehouse.history import FAILED, RAN, batches, is_key
 from nightly_assets.warehouse.tables import NightTable, SuiteTable, TestCaseTable, TestEvidenceTable, node_key
