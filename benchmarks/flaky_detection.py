@@ -38,8 +38,9 @@ one-night break is a true break: the commit was broken, and its culprit is worth
 after the revert. Recall is over the breaks that had a usable night (run, not on an infra night);
 delay is the alert's night minus the break's first usable night. Flaky verdicts are scored at the
 newest night, as before: precision over every test called flaky, recall over the flaky tests that
-showed a failed attempt on a usable night of the window (a flaky test that never failed there
-looks exactly stable) and not broken at the newest night.
+showed a failed attempt on a usable night of the window (neither its suite's infra night nor a
+night its failure was an infra cluster's: a flaky test that never failed there looks exactly
+stable) and not broken at the newest night.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ import statistics
 import time
 from collections import Counter
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 from benchmarks.flaky_outages import (
@@ -72,7 +74,16 @@ from benchmarks.flaky_outages import (
 )
 from nightly_assets.testing.clusters import infra_for, night_clusters, outages
 from nightly_assets.testing.confirm import SUSPECT_HOST_MIN
-from nightly_assets.testing.flakiness import Observation, Pins, classify, infra_nights, is_wholesale
+from nightly_assets.testing.flakiness import (
+    Observation,
+    Pins,
+    Suite,
+    Verdict,
+    classify,
+    infra_nights,
+    is_wholesale,
+    suite_broken,
+)
 from nightly_assets.testing.signatures import is_generic, signature
 
 # The issue's replay (issue #26): 180 nights x 5,000 tests, 8 % flaky, half the suites not
@@ -353,17 +364,19 @@ def _simulate(
 
     def order(test: SimTest) -> tuple[bool, ...]:
         """As confirm.select: a test judged broken on the previous night last (its alert went
-        out), a known-flaky one before it, after tonight's other failures (the previous night's
-        verdict on the confirmed stream, its wholesale nights left out)."""
+        out), a known-flaky one before it, one in a failed streak (failed that night) before the
+        other flaky ones, after tonight's other failures (the previous night's verdict on the
+        confirmed stream, its wholesale nights left out)."""
         window = test.seen["confirmed"][-WINDOW:]
         if not window:
-            return (False, False)
+            return (False, False, False)
         tallies = observer.tallies["confirmed", test.suite]
         if (test.suite, len(tallies)) not in wholesale:
             recent = sorted(tallies)[-WINDOW:]
             wholesale[test.suite, len(tallies)] = infra_nights({d: tallies[d] for d in recent})
         state = classify(window, infra=wholesale[test.suite, len(tallies)]).state
-        return (state == "broken", state == "flaky")
+        failing = window[-1].outcome in ("failed", "error")
+        return (state == "broken", state == "flaky" and not failing, state == "flaky")
 
     for night in range(NIGHTS):
         for suite in SUITES:
@@ -448,6 +461,9 @@ def _day(night: int) -> dt.date:
 @dataclass
 class Stream:
     alerts: list[tuple[int, int, bool]] = field(default_factory=list)  # (test, night, true)
+    verdicts: dict[tuple[int, int], Verdict] = field(default_factory=dict)  # (test, night) of each alert
+    # test -> whether it showed a failed attempt on a usable night of the newest window (`_showed`)
+    showed: dict[int, bool] = field(default_factory=dict)
     flaky_verdicts: dict[int, str] = field(default_factory=dict)  # test -> state at the newest night
     events: set[tuple[str, int, str]] = field(default_factory=set)  # infra events: (suite, night, signature)
     seconds: float = 0.0
@@ -458,30 +474,38 @@ Clusters = dict[str, dict[dt.date, set[str]]]  # suite -> night -> outage signat
 
 def _window_infra(
     observer: _Observer, stream: str, night: int, clusters: bool
-) -> tuple[dict[str, set[dt.date]], Clusters]:
-    """The window's wholesale nights per suite and, with `clusters`, its infra clusters (outages)."""
+) -> tuple[dict[str, set[dt.date]], Clusters, dict[str, set[dt.date]]]:
+    """The window's wholesale nights per suite, with `clusters` its infra clusters (outages), and
+    the nights of a breakage of a whole suite (`suite_broken`)."""
     days = {_day(n) for n in range(max(0, night - WINDOW + 1), night + 1)}
-    infra, found = {}, {}
+    infra, found, wide = {}, {}, {}
     for suite in SUITES:
         tallies = {d: t for d, t in observer.tallies[stream, suite].items() if d in days}
         infra[suite] = infra_nights(tallies)
+        wide[suite] = suite_broken(tallies)
         if clusters:
             by_night = observer.clusters.get((stream, suite), {})
             window = {d: sigs for d, sigs in by_night.items() if d in days and d not in infra[suite]}
             found[suite] = outages(window, sorted(tallies))
-    return infra, found
+    return infra, found, wide
 
 
 def _replay(tests: list[SimTest], observer: _Observer, stream: str, clusters: bool = True) -> Stream:
     """Every night's new broken verdicts and infra events, as the test_health stage finds them
-    (without `clusters`: as it did before them)."""
+    (without `clusters`: as it did before them). As `testing.health.judge`: each suite's tests
+    judged flaky weigh the failures of its tests that have no flaky evidence of their own, and a
+    suite's failures tonight are judged alike with the others of their kind (`flakiness.Suite`).
+    A test's latest flaky rate is kept from the last night it was judged (it is judged on the
+    nights it fails or passes on a re-run), for a window."""
     found, broken_before = Stream(), set[int]()
+    flaky: dict[str, dict[int, tuple[float, int]]] = {suite: {} for suite in SUITES}  # test -> (rate, night)
     start = time.perf_counter()
     for night in range(NIGHTS):
-        infra, outage = _window_infra(observer, stream, night, clusters)
+        infra, outage, wide = _window_infra(observer, stream, night, clusters)
         for suite, by_night in outage.items():
             found.events |= {(suite, night, sig) for sig in by_night.get(_day(night), ())}
         broken: set[int] = set()
+        verdicts: dict[int, tuple[Verdict, list[Observation], frozenset[dt.date]]] = {}
         for test in tests:
             if night < test.first:
                 continue
@@ -490,20 +514,41 @@ def _replay(tests: list[SimTest], observer: _Observer, stream: str, clusters: bo
             if tonight.outcome == "skipped":
                 broken |= {test.index} & broken_before  # judged the same as last night
                 continue
-            if tonight.outcome == "passed":
-                continue
+            if tonight.outcome == "passed" and tonight.attempts == 1 and not tonight.earlier:
+                continue  # a clean pass: no new evidence, never newly broken
             window = seen[max(0, night - WINDOW + 1 - test.first) : night - test.first + 1]
-            mine = infra_for(window, infra[test.suite], outage.get(test.suite, {}))
-            if classify(window, infra=mine).state == "broken":
-                broken.add(test.index)
-                if test.index not in broken_before:
-                    found.alerts.append((test.index, night, test.broken_on(night)))
+            mine = frozenset(infra_for(window, infra[test.suite], outage.get(test.suite, {})))
+            verdict = classify(window, infra=mine, suite_wide=wide[test.suite])
+            if verdict.state == "flaky" and verdict.fail_rate is not None:
+                flaky[test.suite][test.index] = (verdict.fail_rate, night)
+            else:
+                flaky[test.suite].pop(test.index, None)
+            if tonight.outcome != "passed":
+                verdicts[test.index] = (verdict, window, mine)
+        suites = {}
+        for suite in SUITES:
+            rates = tuple(rate for rate, seen_on in flaky[suite].values() if night - seen_on < WINDOW)
+            of_suite = [v for i, (v, _, _) in verdicts.items() if tests[i].suite == suite]
+            judged = Counter(v.state == "flaky" for v in of_suite)
+            ran = observer.tallies[stream, suite][_day(night)][0]
+            suites[suite] = Suite(ran, rates, judged[False], judged[True])
+        for index, (verdict, window, mine) in verdicts.items():
+            if verdict.state == "broken":
+                suite = tests[index].suite
+                verdict = classify(window, infra=mine, suite=suites[suite], suite_wide=wide[suite])
+            if verdict.state == "broken":
+                broken.add(index)
+                if index not in broken_before:
+                    found.alerts.append((index, night, tests[index].broken_on(night)))
+                    found.verdicts[index, night] = verdict
         broken_before = broken
     for test in tests:
         seen = test.seen[stream]
         window = seen[max(0, NIGHTS - WINDOW - test.first) :]
-        mine = infra_for(window, infra[test.suite], outage.get(test.suite, {}))
-        found.flaky_verdicts[test.index] = classify(window, infra=mine).state
+        own_infra = infra_for(window, infra[test.suite], outage.get(test.suite, {}))
+        verdict = classify(window, infra=own_infra, suite_wide=wide[test.suite])
+        found.flaky_verdicts[test.index] = verdict.state
+        found.showed[test.index] = _showed(test, window, own_infra)
     found.seconds = time.perf_counter() - start
     return found
 
@@ -545,7 +590,7 @@ def _score(tests: list[SimTest], observer: _Observer, stream: str, found: Stream
         truly = test.flaky_in(max(first_window, test.first), NIGHTS - 1)
         flaky_called += state == "flaky"
         right += state == "flaky" and truly
-        if truly and not test.broken_on(NIGHTS - 1) and _showed(test, observer, stream, first_window):
+        if truly and not test.broken_on(NIGHTS - 1) and found.showed.get(test.index, False):
             chance += 1
             chance_called += state == "flaky"
     return {
@@ -564,11 +609,11 @@ def _score(tests: list[SimTest], observer: _Observer, stream: str, found: Stream
     }
 
 
-def _showed(test: SimTest, observer: _Observer, stream: str, first: int) -> bool:
-    """A failed attempt the warehouse keeps on a usable night of the window, outside its breaks."""
-    infra = infra_nights({d: t for d, t in observer.tallies[stream, test.suite].items() if d >= _day(first)})
-    for n in range(max(first, test.first), NIGHTS):
-        obs = test.seen[stream][n - test.first]
+def _showed(test: SimTest, window: list[Observation], infra: AbstractSet[dt.date]) -> bool:
+    """A failed attempt the warehouse keeps on a usable night of the window (`infra`: the test's
+    own infra nights, its failures in an infra cluster included), outside its breaks."""
+    for obs in window:
+        n = (obs.night - FIRST_NIGHT).days
         if obs.outcome == "skipped" or obs.night in infra or test.broken_on(n):
             continue
         if obs.outcome != "passed" or obs.attempts > 1 or obs.earlier:

@@ -20,7 +20,7 @@ from nightly_assets.catalog.models import BazelTests, Confirm, Suite
 from nightly_assets.night import NightOutcome
 from nightly_assets.results import Outcome, TestCase, TestReport
 from nightly_assets.runners.rbe import bazel_rerunner, case_targets
-from nightly_assets.testing.confirm import Rerunner, confirm_failures, pytest_node_id, select
+from nightly_assets.testing.confirm import FAILING_FLAKY, Rerunner, confirm_failures, pytest_node_id, select
 from nightly_assets.testing.flakiness import MIN_WHOLESALE_FAILURES, is_wholesale
 from nightly_assets.testing.resources import TestRunError
 from nightly_assets.tpu import remote_suite
@@ -553,8 +553,9 @@ def test_the_vms_wholesale_rule_is_the_classifiers() -> None:
 
 def test_past_max_tests_failures_without_a_verdict_go_first_then_known_flaky_then_broken() -> None:
     """Long-broken tests listed first must not crowd out the failures whose alert the re-run
-    decides: those with no verdict last night (new, or too new to tell), then known-flaky ones."""
-    names = ("old_1", "flaky", "old_2", "new", "young")
+    decides: those with no verdict last night (new, or too new to tell), then known-flaky ones in
+    a failed streak (their re-runs tell a breakage from their flakes), then the other flaky ones."""
+    names = ("old_1", "flaky", "old_2", "streak", "new", "young")
     passing = tuple(TestCase("tests.t", f"test_ok_{n}", "passed") for n in range(20))  # not wholesale
     report = TestReport("unit", (*(TestCase("tests.t", f"test_{n}", "failed") for n in names), *passing))
     before = {
@@ -562,9 +563,12 @@ def test_past_max_tests_failures_without_a_verdict_go_first_then_known_flaky_the
         "tests.t::test_old_2": "broken",
         "tests.t::test_flaky": "flaky",
         "tests.t::test_young": "insufficient",
+        "tests.t::test_streak": FAILING_FLAKY,
     }
     chosen, not_rerun = select(report, Confirm(max_tests=3), before)
-    assert [c.node_id for c in chosen] == ["tests.t::test_new", "tests.t::test_young", "tests.t::test_flaky"]
-    assert sorted(not_rerun) == ["tests.t::test_old_1", "tests.t::test_old_2"]
+    assert [c.node_id for c in chosen] == ["tests.t::test_new", "tests.t::test_young", "tests.t::test_streak"]
+    assert sorted(not_rerun) == ["tests.t::test_flaky", "tests.t::test_old_1", "tests.t::test_old_2"]
+    chosen, _ = select(report, Confirm(max_tests=4), before)
+    assert chosen[-1].node_id == "tests.t::test_flaky"
     chosen, _ = select(report, Confirm(max_tests=1))
     assert [c.node_id for c in chosen] == ["tests.t::test_old_1"]  # report order without history

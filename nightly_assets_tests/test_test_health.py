@@ -307,3 +307,61 @@ def test_a_flaky_tests_burst_is_named_once_by_the_flakier_check_and_is_no_new_br
             " (a flaky test whose failures still pass on re-runs, not broken)",
         )
     ]
+
+
+def test_a_failure_with_no_flaky_evidence_of_its_own_is_weighed_against_its_suites_flaky_tests():
+    # A new suite of 40 tests, three nights old: 12 of its tests failed an attempt and passed on a
+    # retry (flaky, failing half their attempts), and test_new passed twice, then failed all three
+    # attempts. Twelve tests failing half their attempts fail three in a row one night in eight: of
+    # a suite like this, it is a flake as likely as a breakage, so no verdict yet; in a suite with
+    # no flaky test it is broken on its first failed night, as before.
+    from nightly_assets.testing.flakiness import Observation
+    from nightly_assets.warehouse.evidence import Histories
+
+    days = [START + dt.timedelta(days=n) for n in range(3)]
+
+    def seen(codes: str) -> list[Observation]:
+        return [
+            Observation(day, {"app": f"a{n}"}, "failed" if c == "F" else "passed", 3 if c == "F" else int(c))
+            for n, (day, c) in enumerate(zip(days, codes, strict=True))
+        ]
+
+    flaky = {("unit", f"t::test_flaky_{i}"): seen("212") for i in range(12)}
+    tests = {**flaky, ("unit", "t::test_new"): seen("11F")}
+    keys = {test: i for i, test in enumerate(tests)}
+    tallies = {"unit": {day: (40, 0) for day in days}}
+    judged = health.judge(
+        Histories(days, tests=tests, keys=keys, tallies=tallies), days[-1], clean_nights=None
+    )
+    new = next(j for j in judged if j.test_id == "t::test_new")
+    assert (new.verdict.state, new.new_failure) == ("insufficient", False)
+    assert "12 flaky tests of its suite's 40 fail so with a" in new.verdict.reason
+    alone = {("unit", "t::test_new"): tests["unit", "t::test_new"]}
+    judged = health.judge(
+        Histories(days, tests=alone, keys=keys, tallies=tallies), days[-1], clean_nights=None
+    )
+    assert [(j.test_id, j.verdict.state, j.new_failure) for j in judged] == [("t::test_new", "broken", True)]
+
+
+def test_the_confirmation_order_reads_which_flaky_tests_failed_on_the_previous_night(
+    warehouse: Warehouse,
+) -> None:
+    from nightly_assets.stage_kinds.suite import _judged_on
+    from nightly_assets.testing.confirm import FAILING_FLAKY
+    from nightly_assets.warehouse.rows import TestVerdict
+
+    warehouse.record_night(night(0), run_id="r0", status="failure", pins={"app": "a0"})
+    tonight = {**STABLE, "test_streak": "failed", "test_flaky": "passed"}
+    warehouse.record_test_report(night(0), report(tonight))
+    verdicts = [
+        TestVerdict("unit", i, f"tests.t::test_{name}", state, "why", 0.5, False, False, None, None, {})
+        for i, (name, state) in enumerate((("streak", "flaky"), ("flaky", "flaky"), ("gone", "broken")))
+    ]
+    warehouse.record_verdicts(night(0), verdicts)
+    judged = _judged_on(warehouse, night(1), "unit", (night(0).night, 10))
+    assert judged == {
+        "tests.t::test_streak": FAILING_FLAKY,
+        "tests.t::test_flaky": "flaky",
+        "tests.t::test_gone": "broken",
+    }
+    assert _judged_on(warehouse, night(1), "unit", None) == {}

@@ -18,7 +18,7 @@ from nightly_assets.runners.protocol import RunnerBackend, StageWork
 from nightly_assets.stage_kinds.spec import StageKind
 from nightly_assets.stages import StageSpec, recorded_devices, recorded_stage, stage_events
 from nightly_assets.testing import checks, health
-from nightly_assets.testing.confirm import confirm_failures
+from nightly_assets.testing.confirm import FAILING_FLAKY, confirm_failures
 from nightly_assets.testing.report_metadata import report_metadata
 from nightly_assets.testing.suite_params import TestSuiteParams
 from nightly_assets.warehouse.resources import WarehouseResource
@@ -128,11 +128,17 @@ def _judged_on(
     store: "Warehouse", key: NightKey, suite: str, previous: tuple[dt.date, int] | None
 ) -> dict[str, str]:
     """Node id -> verdict state of the suite's tests that the test_health stage judged on the
-    suite's previous night that ran (none: no such night, or no health stage)."""
+    suite's previous night that ran (none: no such night, or no health stage); a flaky test that
+    failed that night is `confirm.FAILING_FLAKY`."""
     if previous is None:
         return {}
     night = NightKey(key.pipeline, previous[0], key.target)
-    return {v.test_id: v.state for v in store.verdicts(night) if v.suite == suite}
+    judged = {v.test_id: v.state for v in store.verdicts(night) if v.suite == suite}
+    if "flaky" in judged.values():
+        for case in store.failed_cases(night, suite):
+            if judged.get(case.node_id) == "flaky":
+                judged[case.node_id] = FAILING_FLAKY
+    return judged
 
 
 def _outcome_words(

@@ -168,14 +168,19 @@ class Confirmation:
         )
 
 
+FAILING_FLAKY = "flaky and failing"  # a `judged_before` state: flaky, and failed on that night
+
+
 def select(
     report: TestReport, confirm: Confirm, judged_before: Mapping[str, str] = MappingProxyType({})
 ) -> tuple[list[TestCase], dict[str, str]]:
     """The failing tests to re-run, and those left out with why. A collect-only report ran
     nothing; a wholesale failure (an infra failure, or a breakage of the whole suite) is not re-run.
     Past `max_tests`, the failures whose verdict tonight's re-run decides go first: tests with no
-    verdict on the suite's previous night (`judged_before`: node id -> its state then), then the
-    known-flaky ones (their failures are judged by their own rate; a re-run only adds attempts),
+    verdict on the suite's previous night (`judged_before`: node id -> its state then,
+    FAILING_FLAKY for a flaky test that failed that night), then the known-flaky ones in a failed
+    streak (its attempts are what tells their breakage from their flakes), then the other
+    known-flaky ones (one failed night never breaks a flaky test; a re-run only adds attempts),
     then those broken already (their alert went out: long-broken tests must not crowd out the
     new ones); the failures of an infra cluster (testing/clusters.py: a resource down for part of
     the suite) go last, as a re-run decides nothing for them (they are no broken tests, and a
@@ -186,7 +191,7 @@ def select(
         for tests in night_clusters((c.node_id, signature(c.message)) for c in report.failures).values()
         for node_id in tests
     }
-    rank = {"flaky": 1, "broken": 2}
+    rank = {FAILING_FLAKY: 1, "flaky": 2, "broken": 3}
     failures = sorted(
         report.failures, key=lambda c: (c.node_id in clustered, rank.get(judged_before.get(c.node_id, ""), 0))
     )

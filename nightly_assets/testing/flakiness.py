@@ -21,16 +21,32 @@ the first attempt with no re-run disagreeing. Over the usable nights, oldest fir
   flake until it fails again) or its one attempt was never re-run (no retry, no confirmation:
   over `confirm.max_tests`, or a runner that cannot re-run), which waits for a second night:
   one attempt cannot tell a flake of a test not known to be flaky from a breakage, and
-  confirmation exists to tell. A test known to be flaky before the streak is broken once its own
-  flakiness no longer explains the streak: the chance that every attempt of the streak failed
-  by chance, at the test's failure rate per attempt before it (Laplace's rule of succession:
-  (failed + 1) / (attempts + 2)), is at most FALSE_BROKEN_CHANCE spread over the usable nights
-  of the window (Bonferroni: the test is judged again every night). Attempts count: the final
-  run's attempts (a suite's own retries and the confirmation re-runs of a failure, which record
-  a pass as a pass after that many attempts) and one per earlier run. So flaky never hides
-  broken for long: over 30 usable nights, a flaky test failing three attempts a night (two
-  confirmation re-runs) is broken on its first failed night if it failed under 7 % of its
-  attempts before, on the second under 26 %, by the fourth at 50 %. The streak's first night is
+  confirmation exists to tell. Given its `Suite` (the caller's: tonight's verdicts of the
+  suite's other tests), such a test is broken only if the suite's flaky tests do not explain it
+  either: the chance that it is one of them that has not shown it yet (`Suite.by_chance`: each
+  flaky test's rate weighed by how likely it gave the test's attempts before the streak, the
+  suite's other tests, failing only when broken, by their number) is at most FALSE_BROKEN_CHANCE
+  spread over the usable nights and over the suite's tests failing tonight with no flaky
+  evidence (judged alike, they share it). A new suite full of flaky tests is where this holds:
+  a test that passed twice is as likely a hidden flake as a breakage; one with thirty clean
+  nights is not (no test failing a third of its attempts passes thirty in a row). A test known
+  to be flaky before the streak is broken once its own flakiness no longer explains the streak:
+  the chance that every attempt of the streak failed by chance at its failure rate per attempt
+  before it is at most FALSE_BROKEN_CHANCE spread over the usable nights of the window
+  (Bonferroni: the test is judged again every night) and, given its `Suite`, over the suite's
+  known-flaky tests failing tonight (in a suite of 180 tests failing half their attempts, one of
+  them has a three-night streak most nights: the alerts a suite sends a night are what people
+  receive). The rate is held with the doubt its few
+  attempts leave (Laplace's rule of succession applied attempt by attempt: the mean of
+  rate^attempts over what the attempts before allow), not as a point: at a point estimate, a
+  test failing half its attempts estimated at a third from thirty nights is broken by a streak
+  it gives every few weeks. Attempts count: the final run's attempts (a suite's own retries and
+  the confirmation re-runs of a failure, which record a pass as a pass after that many
+  attempts) and one per earlier run. So flaky never hides broken for long: over 30 usable
+  nights, a flaky test failing three attempts a night (two confirmation re-runs) that failed 1
+  of 30 attempts before is broken on its second failed night, 4 of 12 on its fourth. A streak
+  on `suite_wide` nights (its suite failed wholesale for longer than an outage: every test of it
+  failed together, night after night) is broken whatever the test's flakiness. The streak's first night is
   `first_bad`, the usable night before it
   `last_good`, and every repository whose pin differs between the two is a suspect (None on the
   side that lacks it). A test that failed on every usable night is broken once it has
@@ -80,7 +96,7 @@ import datetime as dt
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from nightly_assets.testing.signatures import is_generic
@@ -181,6 +197,15 @@ def infra_nights(
     return wholesale
 
 
+def suite_broken(
+    tallies: Mapping[dt.date, tuple[int, int]], share: float = 0.5, *, max_outage_nights: int = 3
+) -> set[dt.date]:
+    """The nights of a suite-wide breakage: the wholesale failure still going after more than
+    `max_outage_nights` nights, which `infra_nights` leaves in (every test of the suite broken)."""
+    wholesale = {night for night, (ran, failed) in tallies.items() if is_wholesale(ran, failed, share)}
+    return wholesale - infra_nights(tallies, share, max_outage_nights=max_outage_nights)
+
+
 @dataclass(frozen=True)
 class Verdict:
     """One test's classification over its history, with why and, when broken, where."""
@@ -198,6 +223,42 @@ class Verdict:
     flakier_since: dt.date | None = None
     burst_rate: float | None = None
     rate_before: float | None = None
+    # its failed share of attempts over the usable nights (Laplace's rule): a flaky test's is what
+    # `Suite.flaky_rates` holds for the suite's other tests
+    fail_rate: float | None = None
+
+
+# A base rate needs several tests: a suite with a flaky test or two (a small suite's, most often)
+# has their stories, not a rate its other tests share (as MIN_WHOLESALE_FAILURES for infra).
+MIN_FLAKY_PEERS = MIN_WHOLESALE_FAILURES
+
+
+@dataclass(frozen=True)
+class Suite:
+    """What a test's suite tells of its failure tonight: the tests of the suite that ran, the
+    failure rates per attempt of those judged flaky (what a failure with no flaky evidence of its
+    own is weighed against), and how many failed tonight with no flaky evidence (`judged`) and as
+    known-flaky tests (`flaky_failing`): each is judged alike with the others of its kind, so the
+    chance of a false broken verdict is spread over them (what people receive is a suite's
+    alerts a night, not one test's)."""
+
+    tests: int
+    flaky_rates: tuple[float, ...] = ()
+    judged: int = 1
+    flaky_failing: int = 1
+
+    def by_chance(self, failed: int, tried: int, streak: int) -> float:
+        """The chance that a test which failed `failed` of its `tried` attempts before a streak of
+        `streak` failed attempts is one of the suite's flaky tests that has not shown it: each
+        flaky test's rate weighed by how well it explains the test's attempts before (a test that
+        passed many attempts is no test failing half of them), the suite's other tests (failing
+        only when broken) by their number."""
+        rates = [r for r in self.flaky_rates if 0 < r < 1]
+        if len(rates) < MIN_FLAKY_PEERS:
+            return 0.0
+        weights = [r**failed * (1 - r) ** (tried - failed) for r in rates]
+        stable = max(self.tests - len(rates), 0)
+        return sum(w * r**streak for w, r in zip(weights, rates, strict=True)) / (stable + sum(weights))
 
 
 @dataclass(frozen=True)
@@ -279,11 +340,23 @@ def _rate(nights: Sequence[_Night]) -> float:
     return (sum(n.failures for n in nights) + 1) / (sum(n.attempts for n in nights) + 2)
 
 
-def _by_chance(nights: Sequence[_Night], start: int, rate: float | None = None) -> float:
-    """The chance that a flaky test fails every attempt of the streak from `start` on, at `rate`
-    (default: its failure rate per attempt before the streak)."""
-    rate = _rate(nights[:start]) if rate is None else rate
-    return float(rate ** sum(n.attempts for n in nights[start:]))
+def _by_chance(nights: Sequence[_Night], start: int, since: int | None = None) -> float:
+    """The chance that a flaky test fails every attempt of the streak from `start` on. By default
+    at its rate per attempt before the streak, held with the doubt a rate known from few attempts
+    deserves: Laplace's rule applied attempt by attempt (each failed attempt of the streak counted
+    before the next is judged), the mean of rate^attempts over what its attempts before allow.
+    With `since`: at the rate of a burst from that night to the streak, as estimated (Laplace's
+    rule): a burst's rate is near 1, where that doubt would let a streak explain itself for as
+    long as the window lasts, and flaky must not hide broken for long."""
+    attempts = sum(n.attempts for n in nights[start:])
+    failed = sum(n.failures for n in nights[since or 0 : start])
+    tried = sum(n.attempts for n in nights[since or 0 : start])
+    if since is not None:
+        return float(((failed + 1) / (tried + 2)) ** attempts)
+    chance = 1.0
+    for i in range(attempts):
+        chance *= (failed + 1 + i) / (tried + 2 + i)
+    return chance
 
 
 def _tail(failed: int, attempts: int, rate: float) -> float:
@@ -395,9 +468,17 @@ def _broken(
 
 
 def classify(
-    history: Sequence[Observation], *, infra: AbstractSet[dt.date] = frozenset(), min_nights: int = 3
+    history: Sequence[Observation],
+    *,
+    infra: AbstractSet[dt.date] = frozenset(),
+    min_nights: int = 3,
+    suite: Suite | None = None,
+    suite_wide: AbstractSet[dt.date] = frozenset(),
 ) -> Verdict:
-    """One test's verdict over its history (oldest night first, one observation a night)."""
+    """One test's verdict over its history (oldest night first, one observation a night); with
+    `suite`, a failure with no flaky evidence of its own is weighed against the suite's flaky tests;
+    `suite_wide`: the nights of its suite's breakage (`suite_broken`), a streak on which is broken
+    whatever the test's flakiness (every test of the suite failed together, night after night)."""
     nights = _usable(history, infra)
     evidence = _evidence(nights)
     flaky = _is_flaky(evidence)
@@ -410,22 +491,36 @@ def classify(
     burst = None  # in a burst before the streak, judged at the burst's rate when higher
     known_flake = None  # the flake a known-flaky test's streak fails with: a burst, for a while
     unconfirmed = streak == 1 and nights[-1].attempts == 1  # one attempt, never re-run
-    chance = None
+    chance = held = None  # held: the chance that the suite's flaky tests explain the streak
     if streak and (start or len(nights) >= min_nights):
-        if _is_flaky([e for e in evidence if e.at < start]):
+        together = bool(suite_wide) and all(n.night in suite_wide for n in nights[start:])
+        if together:
+            broken = True  # no flakiness of its own explains a whole suite failing so long
+        elif _is_flaky([e for e in evidence if e.at < start]):
             chance = _by_chance(nights, start)
-            broken = chance <= FALSE_BROKEN_CHANCE / len(nights)
+            alike = max(suite.flaky_failing, 1) if suite is not None else 1
+            broken = chance <= FALSE_BROKEN_CHANCE / (len(nights) * alike)
             if broken and (burst := _burst(nights, start, evidence)) and burst.rate > _rate(nights[:start]):
-                chance = _by_chance(nights, start, burst.rate)
-                broken = chance <= FALSE_BROKEN_CHANCE / len(nights)
+                chance = _by_chance(nights, start, burst.at)
+                broken = chance <= FALSE_BROKEN_CHANCE / (len(nights) * alike)
             else:
                 burst = None
         else:  # the flip into a single failed night with unchanged pins is a flake until it fails again
             broken = (streak >= 2 or not flaky) and not unconfirmed
-        if broken and streak < min_nights and (known_flake := _known_flake(nights, start)):
+            if broken and suite is not None:
+                held = suite.by_chance(
+                    sum(n.failures for n in nights[:start]),
+                    sum(n.attempts for n in nights[:start]),
+                    sum(n.attempts for n in nights[start:]),
+                )
+                broken = held <= FALSE_BROKEN_CHANCE / (len(nights) * max(suite.judged, 1))
+        if broken and not together and streak < min_nights and (known_flake := _known_flake(nights, start)):
             broken = False
         if broken:
-            return _broken(nights, start, evidence, pass_rate)
+            verdict = _broken(nights, start, evidence, pass_rate)
+            if together:
+                return replace(verdict, reason=f"{verdict.reason}; its whole suite failed with it each night")
+            return verdict
         if known_flake is not None and not flaky:
             reason = (
                 f"failing with `{known_flake}` since {nights[start].night}, as it failed before and"
@@ -434,6 +529,14 @@ def classify(
             return Verdict("insufficient", reason, flaky_evidence=len(evidence), pass_rate=pass_rate)
         if unconfirmed and not flaky:
             reason = f"failed its one attempt on {nights[-1].night}, not re-run: broken if it fails again"
+            return Verdict("insufficient", reason, flaky_evidence=len(evidence), pass_rate=pass_rate)
+        if held is not None and suite is not None and not flaky:
+            attempts = sum(n.attempts for n in nights[start:])
+            reason = (
+                f"failed every attempt since {nights[start].night} ({plural(attempts, 'attempt')}), no flaky"
+                f" evidence of its own, but {plural(len(suite.flaky_rates), 'flaky test')} of its suite's"
+                f" {suite.tests} fail so with a {held:.1%} chance: broken once that is less likely"
+            )
             return Verdict("insufficient", reason, flaky_evidence=len(evidence), pass_rate=pass_rate)
     if flaky:
         reason = _describe(evidence)
@@ -462,7 +565,9 @@ def classify(
             tried = f"{attempts} attempt{'s' * (attempts > 1)}{odds}"
             reason = f"{failing} ({tried}), a flaky test's failure; {reason}"
         if flakier is None:
-            return Verdict("flaky", reason, flaky_evidence=len(evidence), pass_rate=pass_rate)
+            return Verdict(
+                "flaky", reason, flaky_evidence=len(evidence), pass_rate=pass_rate, fail_rate=_rate(nights)
+            )
         return Verdict(
             "flaky",
             reason,
@@ -471,6 +576,7 @@ def classify(
             flakier_since=nights[flakier.at].night,
             burst_rate=flakier.rate,
             rate_before=flakier.before,
+            fail_rate=_rate(nights),
         )
     left_out = (
         f"; {len(history) - len(nights)} infra or skipped left out" if len(history) > len(nights) else ""

@@ -5,14 +5,15 @@ torch_spyre's gates read (flaky share, in-scope share)."""
 from __future__ import annotations
 
 import datetime as dt
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from nightly_assets.results import NightKey, TestCase
-from nightly_assets.testing.clusters import Cluster, infra_for
-from nightly_assets.testing.flakiness import Verdict, classify, failed_with, in_quarantine
+from nightly_assets.testing.clusters import FAILED, Cluster, infra_for
+from nightly_assets.testing.flakiness import Suite, Verdict, classify, failed_with, in_quarantine
 from nightly_assets.testing.signatures import common_resource, is_known_infra
 
 if TYPE_CHECKING:
@@ -53,15 +54,25 @@ def judge(
     burst (flakier since a night) is newly flakier when its history up to the night before, judged
     the same way, was in none: its burst is named once, on the night it is first seen."""
     judged = []
+    verdicts: dict[TestName, tuple[Verdict, AbstractSet[dt.date]]] = {}
     for (suite, test_id), observations in histories.tests.items():
         if observations[-1].night != night:
             continue  # not run tonight: a removed or renamed test says nothing about tonight
         infra = infra_for(observations, histories.infra.get(suite, set()), histories.clusters.get(suite, {}))
-        verdict = classify(observations, infra=infra)
+        wide = histories.suite_wide.get(suite, set())
+        verdicts[suite, test_id] = classify(observations, infra=infra, suite_wide=wide), infra
+    suites = _suites(histories, night, verdicts)
+    for (suite, test_id), (verdict, infra) in verdicts.items():
+        observations = histories.tests[suite, test_id]
+        if verdict.state == "broken" and suite in suites:  # weighed against the suite's flaky tests
+            wide = histories.suite_wide.get(suite, set())
+            verdict = classify(observations, infra=infra, suite=suites[suite], suite_wide=wide)
         if verdict.state == "stable":
             continue
-        quarantined = clean_nights is not None and in_quarantine(
-            observations, clean_nights=clean_nights, infra=infra
+        quarantined = (
+            clean_nights is not None
+            and verdict.state == "flaky"
+            and in_quarantine(observations, clean_nights=clean_nights, infra=infra)
         )
         new = verdict.state == "broken" and (suite, test_id) not in broken_before
         flakier = (
@@ -71,6 +82,28 @@ def judge(
         key = histories.keys[(suite, test_id)]
         judged.append(Judged(suite, test_id, key, verdict, quarantined, new, flakier))
     return sorted(judged, key=lambda j: (j.verdict.state, j.suite, j.test_id))
+
+
+def _suites(
+    histories: Histories, night: dt.date, verdicts: Mapping[TestName, tuple[Verdict, AbstractSet[dt.date]]]
+) -> dict[str, Suite]:
+    """Per suite with flaky tests, what its tests' failures tonight are weighed with
+    (`flakiness.Suite`): its tests that ran tonight, the failure rates of those judged flaky, and
+    how many failed tonight without being flaky and being flaky (each judged alike)."""
+    rates: dict[str, list[float]] = {}
+    failing: Counter[tuple[str, bool]] = Counter()  # (suite, flaky) -> failing tonight
+    for (suite, test_id), (verdict, _) in verdicts.items():
+        flaky = verdict.state == "flaky"
+        if flaky and verdict.fail_rate is not None:
+            rates.setdefault(suite, []).append(verdict.fail_rate)
+        if histories.tests[suite, test_id][-1].outcome in FAILED:
+            failing[suite, flaky] += 1
+    suites = {}
+    for suite, by_night in histories.tallies.items():
+        ran, _ = by_night.get(night, (0, 0))
+        if ran and suite in rates:
+            suites[suite] = Suite(ran, tuple(rates[suite]), failing[suite, False], failing[suite, True])
+    return suites
 
 
 def quarantined_failures(

@@ -17,7 +17,13 @@ from sqlalchemy.orm import Session
 from nightly_assets.results import NightKey, TestReport, node_id_of
 from nightly_assets.testing.clusters import FAILED as FAILED_OUTCOMES
 from nightly_assets.testing.clusters import night_clusters, outages
-from nightly_assets.testing.flakiness import Observation, failed_with, infra_nights, is_wholesale
+from nightly_assets.testing.flakiness import (
+    Observation,
+    failed_with,
+    infra_nights,
+    is_wholesale,
+    suite_broken,
+)
 from nightly_assets.testing.signatures import signature
 from nightly_assets.warehouse.history import FAILED, RAN, batches, is_key
 from nightly_assets.warehouse.tables import NightTable, SuiteTable, TestCaseTable, TestEvidenceTable, node_key
@@ -84,6 +90,10 @@ class Histories:
     tests: dict[TestName, list[Observation]] = field(default_factory=dict)
     keys: dict[TestName, int] = field(default_factory=dict)
     infra: dict[str, set[dt.date]] = field(default_factory=dict)  # per suite
+    # per suite, the nights of a breakage of the whole suite (`flakiness.suite_broken`)
+    suite_wide: dict[str, set[dt.date]] = field(default_factory=dict)
+    # per suite, night -> (tests that ran, of them failed or errored) of its last run
+    tallies: dict[str, dict[dt.date, tuple[int, int]]] = field(default_factory=dict)
     # per suite, night -> the signatures of its infra clusters (testing/clusters.py: outages only)
     clusters: dict[str, dict[dt.date, set[str]]] = field(default_factory=dict)
     # (suite, night, signature) -> a few of a cluster's messages, for the resource they name
@@ -123,8 +133,9 @@ def histories(
         n.pipeline == pipeline, n.target == target, n.night.between(first, last)
     )
     found.pins = {night: json.loads(text) for night, text in session.execute(pins)}
-    tallies = _tallies(session, pipeline, target, first, last, suites)
+    found.tallies = tallies = _tallies(session, pipeline, target, first, last, suites)
     found.infra = {suite: infra_nights(by_night, INFRA_SHARE) for suite, by_night in tallies.items()}
+    found.suite_wide = {suite: suite_broken(by_night, INFRA_SHARE) for suite, by_night in tallies.items()}
     e = TestEvidenceTable
     in_window = [e.pipeline == pipeline, e.target == target, e.night.between(first, last)]
     if suites is not None:
