@@ -82,7 +82,7 @@ from nightly_assets.testing.flakiness import (
     classify,
     infra_nights,
     is_wholesale,
-    suite_broken,
+    wholesale_nights,
 )
 from nightly_assets.testing.signatures import is_generic, signature
 
@@ -476,13 +476,12 @@ def _window_infra(
     observer: _Observer, stream: str, night: int, clusters: bool
 ) -> tuple[dict[str, set[dt.date]], Clusters, dict[str, set[dt.date]]]:
     """The window's wholesale nights per suite, with `clusters` its infra clusters (outages), and
-    the nights of a breakage of a whole suite (`suite_broken`)."""
+    the nights of a breakage of a whole suite (`wholesale_nights`)."""
     days = {_day(n) for n in range(max(0, night - WINDOW + 1), night + 1)}
     infra, found, wide = {}, {}, {}
     for suite in SUITES:
         tallies = {d: t for d, t in observer.tallies[stream, suite].items() if d in days}
-        infra[suite] = infra_nights(tallies)
-        wide[suite] = suite_broken(tallies)
+        infra[suite], wide[suite] = wholesale_nights(tallies)
         if clusters:
             by_night = observer.clusters.get((stream, suite), {})
             window = {d: sigs for d, sigs in by_night.items() if d in days and d not in infra[suite]}

@@ -182,28 +182,33 @@ def is_wholesale(ran: int, failed: int, share: float = 0.5) -> bool:
     return ran == 0 or failed >= max(share * ran, MIN_WHOLESALE_FAILURES)
 
 
-def infra_nights(
+def wholesale_nights(
     tallies: Mapping[dt.date, tuple[int, int]], share: float = 0.5, *, max_outage_nights: int = 3
-) -> set[dt.date]:
-    """The nights one suite failed wholesale: at least `share` of the tests that ran (ran, failed
-    or errored in `tallies`) failed, or none ran. A wholesale failure that has lasted more than
-    `max_outage_nights` up to the newest night is no outage but a suite-wide breakage (a commit
-    broke the suite): those nights are left in, so its tests are reported broken."""
+) -> tuple[set[dt.date], set[dt.date]]:
+    """The nights one suite failed wholesale (at least `share` of the tests that ran, ran, failed
+    or errored in `tallies`, failed, or none ran), split into outages (infra nights) and the
+    nights of a breakage of the whole suite: a wholesale failure that has lasted more than
+    `max_outage_nights` up to the newest night is no outage but a commit that broke the suite."""
     wholesale = {night for night, (ran, failed) in tallies.items() if is_wholesale(ran, failed, share)}
     newest_first = sorted(tallies, reverse=True)
     ongoing = next((i for i, night in enumerate(newest_first) if night not in wholesale), len(tallies))
-    if ongoing > max_outage_nights:
-        wholesale.difference_update(newest_first[:ongoing])
-    return wholesale
+    broken = set(newest_first[:ongoing]) if ongoing > max_outage_nights else set()
+    return wholesale - broken, broken
+
+
+def infra_nights(
+    tallies: Mapping[dt.date, tuple[int, int]], share: float = 0.5, *, max_outage_nights: int = 3
+) -> set[dt.date]:
+    """The nights one suite failed wholesale as an outage (`wholesale_nights`): a suite-wide
+    breakage's nights are left in, so its tests are reported broken."""
+    return wholesale_nights(tallies, share, max_outage_nights=max_outage_nights)[0]
 
 
 def suite_broken(
     tallies: Mapping[dt.date, tuple[int, int]], share: float = 0.5, *, max_outage_nights: int = 3
 ) -> set[dt.date]:
-    """The nights of a suite-wide breakage: the wholesale failure still going after more than
-    `max_outage_nights` nights, which `infra_nights` leaves in (every test of the suite broken)."""
-    wholesale = {night for night, (ran, failed) in tallies.items() if is_wholesale(ran, failed, share)}
-    return wholesale - infra_nights(tallies, share, max_outage_nights=max_outage_nights)
+    """The nights of a suite-wide breakage (`wholesale_nights`): every test of the suite broken."""
+    return wholesale_nights(tallies, share, max_outage_nights=max_outage_nights)[1]
 
 
 @dataclass(frozen=True)

@@ -20,9 +20,8 @@ from nightly_assets.testing.clusters import night_clusters, outages
 from nightly_assets.testing.flakiness import (
     Observation,
     failed_with,
-    infra_nights,
     is_wholesale,
-    suite_broken,
+    wholesale_nights,
 )
 from nightly_assets.testing.signatures import signature
 from nightly_assets.warehouse.history import FAILED, RAN, batches, is_key
@@ -90,7 +89,7 @@ class Histories:
     tests: dict[TestName, list[Observation]] = field(default_factory=dict)
     keys: dict[TestName, int] = field(default_factory=dict)
     infra: dict[str, set[dt.date]] = field(default_factory=dict)  # per suite
-    # per suite, the nights of a breakage of the whole suite (`flakiness.suite_broken`)
+    # per suite, the nights of a breakage of the whole suite (`flakiness.wholesale_nights`)
     suite_wide: dict[str, set[dt.date]] = field(default_factory=dict)
     # per suite, night -> (tests that ran, of them failed or errored) of its last run
     tallies: dict[str, dict[dt.date, tuple[int, int]]] = field(default_factory=dict)
@@ -134,8 +133,8 @@ def histories(
     )
     found.pins = {night: json.loads(text) for night, text in session.execute(pins)}
     found.tallies = tallies = _tallies(session, pipeline, target, first, last, suites)
-    found.infra = {suite: infra_nights(by_night, INFRA_SHARE) for suite, by_night in tallies.items()}
-    found.suite_wide = {suite: suite_broken(by_night, INFRA_SHARE) for suite, by_night in tallies.items()}
+    for suite, by_night in tallies.items():
+        found.infra[suite], found.suite_wide[suite] = wholesale_nights(by_night, INFRA_SHARE)
     e = TestEvidenceTable
     in_window = [e.pipeline == pipeline, e.target == target, e.night.between(first, last)]
     if suites is not None:
