@@ -20,6 +20,7 @@ from nightly_assets.process import CommandError, end_running_commands, run_comma
 from nightly_assets_tests.catalog_nights import CatalogNights
 from nightly_assets_tests.git_repo import commit_files
 from nightly_assets_tests.suite_projects import flit_project, project_pipeline, suite_stage
+from nightly_assets_tests.waiting import wait_for
 
 # Each test says it started, then waits (up to a minute) for the other one's word.
 MEETING = """import pathlib, time
@@ -107,9 +108,7 @@ def test_an_interrupted_step_thread_ends_its_command_and_raises() -> None:
 
     thread = threading.Thread(target=stage)
     thread.start()
-    deadline = time.monotonic() + 10
-    while not process._RUNNING and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_for("the stage's command to start", lambda: process._RUNNING, timeout_s=10, every_s=0.02)
     end_running_commands(sparing=deferring_threads())
     interrupt_thread(thread)
     thread.join(30)

@@ -18,6 +18,7 @@ from nightly_assets.shards.plan import Shard, ShardPlan, plan_shards
 from nightly_assets.shards.suite import planned_tests
 from nightly_assets.testing import junit
 from nightly_assets.testing.streamed_cases import StreamedCases
+from nightly_assets_tests.waiting import wait_for
 
 
 def _plan(*units: tuple[str, ...]) -> ShardPlan:
@@ -113,12 +114,11 @@ def test_an_interrupted_night_ends_the_shards_that_still_run(tmp_path: Path) -> 
     def run_one(job: ShardJob) -> Path:
         if job.shard.index == 1:
             proc = subprocess.Popen(["sleep", "60"], start_new_session=True)
-            sleeper.append(proc)
             job.started(proc.pid)
+            sleeper.append(proc)  # only once the night knows of it: else the cancel could come first
             proc.wait()
             raise ShardLost(f"ended by signal {-proc.returncode}")
-        while not sleeper:
-            time.sleep(0.01)
+        wait_for("shard 1's command to start", lambda: sleeper, timeout_s=10, every_s=0.01)
         raise KeyboardInterrupt  # the run was cancelled while shard 1 ran
 
     with pytest.raises(KeyboardInterrupt):
@@ -219,8 +219,8 @@ def test_a_stage_thread_interrupted_while_its_shards_run_ends_them(tmp_path: Pat
 
     def run_one(job: ShardJob) -> Path:
         proc = subprocess.Popen(["sleep", "60"], start_new_session=True)
-        sleepers.append(proc)
         job.started(proc.pid)
+        sleepers.append(proc)
         proc.wait()
         raise ShardLost(f"ended by signal {-proc.returncode}")
 
@@ -232,9 +232,7 @@ def test_a_stage_thread_interrupted_while_its_shards_run_ends_them(tmp_path: Pat
 
     thread = threading.Thread(target=stage)
     thread.start()
-    deadline = time.monotonic() + 10
-    while len(sleepers) < 2 and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_for("both shards' commands to start", lambda: len(sleepers) >= 2, timeout_s=10, every_s=0.02)
     interrupt_thread(thread)
     thread.join(20)
     assert not thread.is_alive()
