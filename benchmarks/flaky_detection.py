@@ -29,8 +29,9 @@ The replay is the test_health stage's: each night, over the last WINDOW nights, 
 nights by `infra_nights` on the tallies of each night's last run, a re-run night's earlier run
 kept only for the tests it disagrees with and only when it was no wholesale failure (what
 `warehouse.evidence` keeps), and `classify` on every test that failed or errored tonight (no other
-can be newly broken). A broken verdict for a test that was not broken the night before is an alert
-(`new_failure`, the `no_new_broken_test` check); a test skipped tonight keeps last night's state.
+can be newly broken) and on each broken one that passed (on its infra night it stays broken).
+A broken verdict for a test that was not broken the night before is an alert (`new_failure`,
+the `no_new_broken_test` check); a test skipped tonight keeps last night's state.
 
 Scoring. An alert is true when its test is truly broken on the alert's night (the tolerance is
 the break itself: a later alert of the same break is late, not false; repeats are counted). A
@@ -513,8 +514,11 @@ def _replay(tests: list[SimTest], observer: _Observer, stream: str, clusters: bo
             if tonight.outcome == "skipped":
                 broken |= {test.index} & broken_before  # judged the same as last night
                 continue
-            if tonight.outcome == "passed" and tonight.attempts == 1 and not tonight.earlier:
+            clean = tonight.outcome == "passed" and tonight.attempts == 1 and not tonight.earlier
+            if clean and test.index not in broken_before:
                 continue  # a clean pass: no new evidence, never newly broken
+            # (a broken test's clean pass is judged as judge() does: on an infra night it is left out
+            # and the test stays broken, else its streak ended)
             window = seen[max(0, night - WINDOW + 1 - test.first) : night - test.first + 1]
             mine = frozenset(infra_for(window, infra[test.suite], outage.get(test.suite, {})))
             verdict = classify(window, infra=mine, suite_wide=wide[test.suite])
@@ -524,6 +528,8 @@ def _replay(tests: list[SimTest], observer: _Observer, stream: str, clusters: bo
                 flaky[test.suite].pop(test.index, None)
             if tonight.outcome != "passed":
                 verdicts[test.index] = (verdict, window, mine)
+            elif verdict.state == "broken":
+                broken.add(test.index)
         suites = {}
         for suite in SUITES:
             rates = tuple(rate for rate, seen_on in flaky[suite].values() if night - seen_on < WINDOW)

@@ -377,6 +377,13 @@ def test_a_flaky_test_of_a_suite_broken_wholesale_is_broken_with_the_rest():
     broken = classify(streak, suite_wide=suite_broken(tallies))
     assert (broken.state, broken.first_bad) == ("broken", day(5))
     assert broken.reason.endswith("its whole suite failed with it each night")
+    # failing by its own flake the night before the suite broke: broken with the suite from the
+    # suite's first night, whose commits are the suspects (not the flake's night)
+    retried = {f"n{n}": at(n, "passed", attempts=2) for n in (0, 2)}
+    early = classify(history("PPPP" + "FFFFFF", **retried), suite_wide=suite_broken(tallies))
+    assert (early.state, early.first_bad, early.last_good) == ("broken", day(5), day(4))
+    assert "its suite last passed " + str(day(4)) in early.reason
+    assert classify(history("PPPP" + "FFFFFF", **retried)).state == "flaky"
 
 
 def test_a_flaky_tests_streak_is_judged_alike_with_the_suites_other_flaky_failures_tonight():
@@ -392,3 +399,30 @@ def test_a_flaky_tests_streak_is_judged_alike_with_the_suites_other_flaky_failur
         classify(history("P" * 8 + "F" * 5, **half, **failed), suite=Suite(100, flaky_failing=3)).state
         == "broken"
     )
+
+
+def test_a_flaky_tests_streak_with_a_message_it_never_flaked_with_is_broken_sooner():
+    flake, breakage = "TimeoutError: queue drained after <n> s", "KeyError: 'weights' in load_checkpoint"
+
+    def night(n: int, outcome: str, sig: str | None, attempts: int = 1) -> Observation:
+        return Observation(day(n), {"plugin": f"p{n}"}, outcome, attempts, signature=sig)
+
+    def flaky_then(streak_sigs: list[str], flakes: list[str] | None = None) -> list[Observation]:
+        sigs = iter(flakes or [flake] * 10)  # ten nights passed on a retry after failing with it
+        before = [
+            night(n, "passed", next(sigs), 2) if n % 2 == 0 else night(n, "passed", None) for n in range(20)
+        ]
+        return before + [night(20 + i, "failed", sig) for i, sig in enumerate(streak_sigs)]
+
+    # three single failed attempts at its rate of about a third: 5 % by chance, flaky
+    assert classify(flaky_then([flake] * 3)).state == "flaky"
+    # the same three with a message its ten flakes never gave: (1/11)(2/12)(3/13) more, broken
+    broken = classify(flaky_then([breakage] * 3))
+    assert (broken.state, broken.first_bad) == ("broken", day(20))
+    assert broken.reason.endswith(f"failing with `{breakage}`, never its flake")
+    assert classify(flaky_then([breakage] * 2)).state == "flaky"  # two nights: 0.17 % > 0.01/22
+    # a test whose flakes each gave a message of their own gives a new one as often
+    varied = [f"RuntimeError: worker {name} lost" for name in "abcdefghij"]
+    assert classify(flaky_then([breakage] * 3, varied)).state == "flaky"
+    # one night of the streak with its known flake: its flakiness may explain it all
+    assert classify(flaky_then([breakage, flake, breakage])).state == "flaky"

@@ -46,16 +46,24 @@ the first attempt with no re-run disagreeing. Over the usable nights, oldest fir
   nights, a flaky test failing three attempts a night (two confirmation re-runs) that failed 1
   of 30 attempts before is broken on its second failed night, 4 of 12 on its fourth. A streak
   on `suite_wide` nights (its suite failed wholesale for longer than an outage: every test of it
-  failed together, night after night) is broken whatever the test's flakiness. The streak's first night is
-  `first_bad`, the usable night before it
-  `last_good`, and every repository whose pin differs between the two is a suspect (None on the
-  side that lacks it). A test that failed on every usable night is broken once it has
-  `min_nights` of them (no last_good, no suspects).
+  failed together, night after night) is broken whatever the test's flakiness, from the suite's
+  first such night (a flaky test that failed by its own flake the night before is no exception).
+  A known-flaky test's streak that fails every night with a telling signature it never failed
+  with before is weighed by that too (`_novel`): its flakes give a new message with a chance of
+  d/(k+1), d the signatures new at their time among its k signed failures before (a test that
+  always flakes alike rarely gives a new one; one whose flakes vary often does), multiplied into
+  the chance of the streak's attempts: a breakage of a test failing half its attempts is found
+  in a few nights, not left to its failure rate. The streak's first night is `first_bad`, the
+  usable night before it `last_good`, and every repository whose pin differs between the two
+  is a suspect (None on the side that lacks it). A test that failed on every usable night is
+  broken once it has `min_nights` of them (no last_good, no suspects).
 * Flakier (a burst): a known-flaky test whose failure rate jumped, say to 90 % for a week, is
   still flaky while its failures pass on re-runs now and then, "flakier since <night>"
   (`Verdict.flakier_since`, alerted once by the test_health stage), not a new broken test at
   each failed streak. Its burst is the stretch from a night `b` to the newest night that still
-  holds a night that was not failed, where the test was known to be flaky before `b`: of those
+  holds a night that was not failed, where the test showed it was flaky by `b` (the night of the
+  evidence that made it flaky, or the failed nights that led to it: a burst's first nights are
+  often the ones that show a test's flakiness, and a burst is judged by its rate, not by them): of those
   starts, the likeliest change of its rate per attempt (the largest likelihood ratio of one rate
   before `b` and another since over one rate for all), when it fails more often since and failed
   so many of the stretch's attempts that its rate per attempt before `b` (Laplace's rule) gives
@@ -395,7 +403,9 @@ class _Burst:
 def _burst(nights: Sequence[_Night], end: int, evidence: Sequence[_Evidence]) -> _Burst | None:
     """The burst among nights[:end] (see the module's docstring), or None."""
     passed = [i for i in range(end) if not nights[i].failed]
-    known = next((e.at + 1 for e in evidence if _is_flaky([f for f in evidence if f.at <= e.at])), end)
+    known = next((e.at for e in evidence if _is_flaky([f for f in evidence if f.at <= e.at])), end)
+    while 0 < known < end and nights[known - 1].failed:
+        known -= 1  # the failed nights that led to the evidence showed it too: a burst may start there
     starts = range(max(known, 1), passed[-1] + 1 if passed else 0)
     if not starts:
         return None
@@ -420,6 +430,43 @@ def _burst(nights: Sequence[_Night], end: int, evidence: Sequence[_Evidence]) ->
     if _tail(failed, tried, rate) > FLAKIER_CHANCE / (len(nights) * len(starts)):
         return None
     return _Burst(b, (failed + 1) / (tried + 2), rate)
+
+
+def _novel(nights: Sequence[_Night], start: int) -> float:
+    """The chance that a flaky test's flakes give what the streak from `start` shows when every
+    night of it failed with a telling signature it never failed with before the streak: of its k
+    failures before that left a signature, d gave one new then, so a flake gives a new one with a
+    chance of d/(k+1) (the rule of succession over its failures after the first), counted night by
+    night as in `_by_chance`; 1 when any night of the streak failed with a known, generic or no
+    signature, or no failure before left one (nothing to compare)."""
+    known = [n.signature for n in nights[:start] if n.signature is not None]
+    seen = set(known)
+    streak = [n.signature for n in nights[start:]]
+    if not known or any(sig is None or sig in seen or is_generic(sig) for sig in streak):
+        return 1.0
+    new = sum(sig not in seen_before for sig, seen_before in _firsts(known))
+    chance = 1.0
+    for j in range(len(streak)):
+        chance *= (new + j) / (len(known) + 1 + j)
+    return chance
+
+
+def _firsts(signatures: Sequence[str]) -> Iterator[tuple[str, set[str]]]:
+    """Each signature with the set of those before it."""
+    before: set[str] = set()
+    for sig in signatures:
+        yield sig, set(before)
+        before.add(sig)
+
+
+def _suite_wide_from(nights: Sequence[_Night], start: int, suite_wide: AbstractSet[dt.date]) -> int | None:
+    """The first night of the streak from `start` from which every night, the newest included, is
+    one of its suite's breakage (`suite_broken`), or None: a flaky test that failed by its own
+    flake the night before its suite broke is broken with the suite from the suite's first night."""
+    at = len(nights)
+    while at > start and nights[at - 1].night in suite_wide:
+        at -= 1
+    return at if at < len(nights) else None
 
 
 def _known_flake(nights: Sequence[_Night], start: int) -> str | None:
@@ -449,7 +496,11 @@ def _describe(evidence: Sequence[_Evidence]) -> str:
 
 
 def _broken(
-    nights: Sequence[_Night], start: int, evidence: Sequence[_Evidence], pass_rate: float | None
+    nights: Sequence[_Night],
+    start: int,
+    evidence: Sequence[_Evidence],
+    pass_rate: float | None,
+    last: str = "last passed",
 ) -> Verdict:
     first_bad, streak = nights[start], len(nights) - start
     failing = f"failed every attempt on {streak} night{'s' * (streak > 1)} since {first_bad.night}"
@@ -464,7 +515,7 @@ def _broken(
     changed = ", ".join(
         f"{repo} {old and old[:10]}→{new and new[:10]}" for repo, (old, new) in suspects.items()
     )
-    reason = f"{failing}; last passed {last_good.night}; " + (
+    reason = f"{failing}; {last} {last_good.night}; " + (
         f"changed: {changed}" if changed else "no pinned commit changed (the environment?)"
     )
     if evidence:
@@ -497,16 +548,19 @@ def classify(
     known_flake = None  # the flake a known-flaky test's streak fails with: a burst, for a while
     unconfirmed = streak == 1 and nights[-1].attempts == 1  # one attempt, never re-run
     chance = held = None  # held: the chance that the suite's flaky tests explain the streak
+    novel = 1.0  # the chance that its flakes give the streak's new message (`_novel`)
     if streak and (start or len(nights) >= min_nights):
-        together = bool(suite_wide) and all(n.night in suite_wide for n in nights[start:])
+        wide_at = _suite_wide_from(nights, start, suite_wide)
+        together = wide_at is not None
         if together:
             broken = True  # no flakiness of its own explains a whole suite failing so long
         elif _is_flaky([e for e in evidence if e.at < start]):
-            chance = _by_chance(nights, start)
+            novel = _novel(nights, start)
+            chance = _by_chance(nights, start) * novel
             alike = max(suite.flaky_failing, 1) if suite is not None else 1
             broken = chance <= FALSE_BROKEN_CHANCE / (len(nights) * alike)
             if broken and (burst := _burst(nights, start, evidence)) and burst.rate > _rate(nights[:start]):
-                chance = _by_chance(nights, start, burst.at)
+                chance = _by_chance(nights, start, burst.at) * novel
                 broken = chance <= FALSE_BROKEN_CHANCE / (len(nights) * alike)
             else:
                 burst = None
@@ -521,11 +575,17 @@ def classify(
                 broken = held <= FALSE_BROKEN_CHANCE / (len(nights) * max(suite.judged, 1))
         if broken and not together and streak < min_nights and (known_flake := _known_flake(nights, start)):
             broken = False
-        if broken:
+        if broken and wide_at is not None:  # broken with its suite, from the suite's first night
+            last = "last passed" if wide_at == start else "its suite last passed"
+            verdict = _broken(nights, wide_at, evidence, pass_rate, last)
+            return replace(verdict, reason=f"{verdict.reason}; its whole suite failed with it each night")
+        if broken and novel < 1:  # its own flakes did not give the streak's message either
             verdict = _broken(nights, start, evidence, pass_rate)
-            if together:
-                return replace(verdict, reason=f"{verdict.reason}; its whole suite failed with it each night")
-            return verdict
+            return replace(
+                verdict, reason=f"{verdict.reason}; failing with `{nights[-1].signature}`, never its flake"
+            )
+        if broken:
+            return _broken(nights, start, evidence, pass_rate)
         if known_flake is not None and not flaky:
             reason = (
                 f"failing with `{known_flake}` since {nights[start].night}, as it failed before and"
