@@ -81,6 +81,7 @@ from nightly_assets.testing.flakiness import (
     Suite,
     Verdict,
     classify,
+    failed_with,
     infra_nights,
     is_wholesale,
     wholesale_nights,
@@ -505,7 +506,7 @@ def _replay(tests: list[SimTest], observer: _Observer, stream: str, clusters: bo
         for suite, by_night in outage.items():
             found.events |= {(suite, night, sig) for sig in by_night.get(_day(night), ())}
         broken: set[int] = set()
-        verdicts: dict[int, tuple[Verdict, list[Observation], frozenset[dt.date]]] = {}
+        verdicts: dict[int, tuple[Verdict, list[Observation], frozenset[dt.date], frozenset[str]]] = {}
         for test in tests:
             if night < test.first:
                 continue
@@ -521,26 +522,33 @@ def _replay(tests: list[SimTest], observer: _Observer, stream: str, clusters: bo
             # and the test stays broken, else its streak ended)
             window = seen[max(0, night - WINDOW + 1 - test.first) : night - test.first + 1]
             mine = frozenset(infra_for(window, infra[test.suite], outage.get(test.suite, {})))
-            verdict = classify(window, infra=mine, suite_wide=wide[test.suite])
+            flakes = (
+                _flakes(seen[: max(0, night - WINDOW + 1 - test.first)])
+                if tonight.outcome != "passed"
+                else frozenset()
+            )
+            verdict = classify(window, infra=mine, suite_wide=wide[test.suite], flakes=flakes)
             if verdict.state == "flaky" and verdict.fail_rate is not None:
                 flaky[test.suite][test.index] = (verdict.fail_rate, night)
             else:
                 flaky[test.suite].pop(test.index, None)
             if tonight.outcome != "passed":
-                verdicts[test.index] = (verdict, window, mine)
+                verdicts[test.index] = (verdict, window, mine, flakes)
             elif verdict.state == "broken":
                 broken.add(test.index)
         suites = {}
         for suite in SUITES:
             rates = tuple(rate for rate, seen_on in flaky[suite].values() if night - seen_on < WINDOW)
-            of_suite = [v for i, (v, _, _) in verdicts.items() if tests[i].suite == suite]
+            of_suite = [v for i, (v, *_) in verdicts.items() if tests[i].suite == suite]
             judged = Counter(v.state == "flaky" for v in of_suite)
             ran = observer.tallies[stream, suite][_day(night)][0]
             suites[suite] = Suite(ran, rates, judged[False], judged[True])
-        for index, (verdict, window, mine) in verdicts.items():
+        for index, (verdict, window, mine, flakes) in verdicts.items():
             if verdict.state == "broken":
                 suite = tests[index].suite
-                verdict = classify(window, infra=mine, suite=suites[suite], suite_wide=wide[suite])
+                verdict = classify(
+                    window, infra=mine, suite=suites[suite], suite_wide=wide[suite], flakes=flakes
+                )
             if verdict.state == "broken":
                 broken.add(index)
                 if index not in broken_before:
@@ -556,6 +564,11 @@ def _replay(tests: list[SimTest], observer: _Observer, stream: str, clusters: bo
         found.showed[test.index] = _showed(test, window, own_infra)
     found.seconds = time.perf_counter() - start
     return found
+
+
+def _flakes(before: list[Observation]) -> frozenset[str]:
+    """The signatures a test failed with before its window (`warehouse.evidence.Histories.flakes`)."""
+    return frozenset(sig for obs in before if (sig := failed_with(obs)) is not None)
 
 
 def _ratio(part: int, whole: int) -> float:

@@ -337,6 +337,15 @@ def test_a_known_flaky_test_failing_with_its_own_flake_is_flakier_until_min_nigh
     bare = "AssertionError: assert <n> == <n>"
     generic = [obs(n, "passed", 2, bare) if n in (3, 6) else o for n, o in enumerate(past)]
     assert classify([*generic, obs(20, "failed", sig=bare)]).state == "broken"
+    # a test whose flake is too rare to show in the window: clean for 20 nights, it fails every
+    # attempt with a message it failed with months ago (`flakes`, the warehouse's memory), held
+    # as that flake until the streak has lasted three nights
+    clean = [obs(n, "passed", 1, None) for n in range(20)]
+    assert classify([*clean, obs(20, "failed")]).state == "broken"
+    held = classify([*clean, obs(20, "failed")], flakes={flake})
+    assert held.state == "insufficient" and held.reason.startswith(f"failing with `{flake}` since {day(20)}")
+    assert classify([*clean, obs(20, "failed", sig=other)], flakes={flake}).state == "broken"
+    assert classify([*clean, *(obs(20 + i, "failed") for i in range(3))], flakes={flake}).state == "broken"
 
 
 def test_a_failure_with_no_flaky_evidence_is_weighed_against_the_suites_flaky_tests():

@@ -120,6 +120,42 @@ def test_the_write_keeps_retries_and_disagreeing_reruns_and_histories_hold_only_
     assert histories.tests[("unit", "tests.t::test_new")][-1].earlier == ()
 
 
+def test_histories_remember_what_a_failing_test_failed_with_before_the_window(warehouse: Warehouse) -> None:
+    """A flake too rare to show in the window is known by its message from before it: a test
+    clean over the window fails tonight as it failed months ago, and is held as that flake."""
+
+    def case(name: str, outcome: Outcome, message: str | None = None, attempts: int = 1) -> TestCase:
+        return TestCase("tests.t", name, outcome, message=message, attempts=attempts)
+
+    ok = [case(f"test_ok_{i}", "passed") for i in range(8)]
+    for i in range(12):
+        warehouse.record_night(night(i), run_id=f"r{i}", status="success", pins={"app": f"a{i}"})
+        rare = case("test_rare", "passed")
+        if i == 0:  # failed once, long ago; then passed on a retry after failing so again
+            rare = case("test_rare", "failed", "TimeoutError: queue drained after 30 s")
+        elif i == 1:
+            rare = case("test_rare", "passed", "TimeoutError: queue drained after 41 s", attempts=2)
+        elif i == 11:
+            rare = case("test_rare", "failed", "TimeoutError: queue drained after 12 s", attempts=3)
+        other = case(
+            "test_other",
+            "failed" if i in (0, 11) else "passed",
+            "OSError: disk full" if i in (0, 11) else None,
+        )
+        passing = case("test_passing", "failed" if i == 0 else "passed", "KeyError: 'x'" if i == 0 else None)
+        warehouse.record_test_report(night(i), TestReport("unit", (*ok, rare, other, passing)))
+    found = warehouse.test_histories("p", "cpu", until=night(11).night, nights=5)
+    assert found.nights[0] == night(7).night  # the window: nights 7 to 11
+    assert found.flakes == {
+        ("unit", "tests.t::test_rare"): frozenset({"TimeoutError: queue drained after <n> s"}),
+        ("unit", "tests.t::test_other"): frozenset({"OSError: disk full"}),
+    }  # test_passing does not fail tonight: nothing to look up
+    judged = {j.test_id: j for j in health.judge(found, night(11).night, clean_nights=None)}
+    rare_verdict = judged["tests.t::test_rare"].verdict
+    assert rare_verdict.state == "insufficient", rare_verdict.reason
+    assert rare_verdict.reason.startswith("failing with `TimeoutError: queue drained after <n> s` since")
+
+
 def health_pipeline(upstream: Path) -> str:
     return project_pipeline(
         "healthpkg",

@@ -82,7 +82,10 @@ the first attempt with no re-run disagreeing. Over the usable nights, oldest fir
   until it has lasted `min_nights` nights, the history any verdict needs (a breakage usually
   fails with a message of its own; the same flake failing night after night is a burst until
   the nights say otherwise). That holds a test with no flaky evidence too (its earlier failure
-  with that signature recovered): insufficient until then.
+  with that signature recovered): insufficient until then. Its earlier failures count from before
+  the window too (`flakes`, all the warehouse holds): a failure's message names its cause, which
+  does not age as a failure rate does, so a burst of a test whose flakes are too rare to show in
+  the window is told from a breakage when it flaked so before.
 * Fewer than `min_nights` usable nights is insufficient, unless the verdict needs no more
   history: a failed streak after a pass, or flaky evidence. (So a new pipeline's second night
   names the commit that broke a test; the price is paid on a flaky suite's first nights, when no
@@ -432,7 +435,7 @@ def _burst(nights: Sequence[_Night], end: int, evidence: Sequence[_Evidence]) ->
     return _Burst(b, (failed + 1) / (tried + 2), rate)
 
 
-def _novel(nights: Sequence[_Night], start: int) -> float:
+def _novel(nights: Sequence[_Night], start: int, flakes: AbstractSet[str] = frozenset()) -> float:
     """The chance that a flaky test's flakes give what the streak from `start` shows when every
     night of it failed with a telling signature it never failed with before the streak: of its k
     failures before that left a signature, d gave one new then, so a flake gives a new one with a
@@ -442,7 +445,7 @@ def _novel(nights: Sequence[_Night], start: int) -> float:
     known = [n.signature for n in nights[:start] if n.signature is not None]
     seen = set(known)
     streak = [n.signature for n in nights[start:]]
-    if not known or any(sig is None or sig in seen or is_generic(sig) for sig in streak):
+    if not known or any(sig is None or sig in seen or sig in flakes or is_generic(sig) for sig in streak):
         return 1.0
     new = sum(sig not in seen_before for sig, seen_before in _firsts(known))
     chance = 1.0
@@ -469,13 +472,14 @@ def _suite_wide_from(nights: Sequence[_Night], start: int, suite_wide: AbstractS
     return at if at < len(nights) else None
 
 
-def _known_flake(nights: Sequence[_Night], start: int) -> str | None:
+def _known_flake(nights: Sequence[_Night], start: int, flakes: AbstractSet[str] = frozenset()) -> str | None:
     """The signature every night of the streak from `start` failed with, when the test failed
-    with it before the streak (a flake of its own) and it tells more than a bare comparison."""
+    with it before the streak (a flake of its own; `flakes`: before the window) and it tells more
+    than a bare comparison."""
     streak = {n.signature for n in nights[start:]}
     if len(streak) != 1 or (sig := streak.pop()) is None or is_generic(sig):
         return None
-    return sig if any(n.signature == sig for n in nights[:start]) else None
+    return sig if sig in flakes or any(n.signature == sig for n in nights[:start]) else None
 
 
 def _log_likelihood(failed: int, attempts: int) -> float:
@@ -530,11 +534,14 @@ def classify(
     min_nights: int = 3,
     suite: Suite | None = None,
     suite_wide: AbstractSet[dt.date] = frozenset(),
+    flakes: AbstractSet[str] = frozenset(),
 ) -> Verdict:
     """One test's verdict over its history (oldest night first, one observation a night); with
     `suite`, a failure with no flaky evidence of its own is weighed against the suite's flaky tests;
     `suite_wide`: the nights of its suite's breakage (`suite_broken`), a streak on which is broken
-    whatever the test's flakiness (every test of the suite failed together, night after night)."""
+    whatever the test's flakiness (every test of the suite failed together, night after night);
+    `flakes`: the signatures it failed with before the window (the warehouse's longer memory),
+    known flakes as those of the window are."""
     nights = _usable(history, infra)
     evidence = _evidence(nights)
     flaky = _is_flaky(evidence)
@@ -555,7 +562,7 @@ def classify(
         if together:
             broken = True  # no flakiness of its own explains a whole suite failing so long
         elif _is_flaky([e for e in evidence if e.at < start]):
-            novel = _novel(nights, start)
+            novel = _novel(nights, start, flakes)
             chance = _by_chance(nights, start) * novel
             alike = max(suite.flaky_failing, 1) if suite is not None else 1
             broken = chance <= FALSE_BROKEN_CHANCE / (len(nights) * alike)
@@ -573,7 +580,12 @@ def classify(
                     sum(n.attempts for n in nights[start:]),
                 )
                 broken = held <= FALSE_BROKEN_CHANCE / (len(nights) * max(suite.judged, 1))
-        if broken and not together and streak < min_nights and (known_flake := _known_flake(nights, start)):
+        if (
+            broken
+            and not together
+            and streak < min_nights
+            and (known_flake := _known_flake(nights, start, flakes))
+        ):
             broken = False
         if broken and wide_at is not None:  # broken with its suite, from the suite's first night
             last = "last passed" if wide_at == start else "its suite last passed"

@@ -60,13 +60,15 @@ def judge(
             continue  # not run tonight: a removed or renamed test says nothing about tonight
         infra = infra_for(observations, histories.infra.get(suite, set()), histories.clusters.get(suite, {}))
         wide = histories.suite_wide.get(suite, set())
-        verdicts[suite, test_id] = classify(observations, infra=infra, suite_wide=wide), infra
+        flakes = histories.flakes.get((suite, test_id), frozenset())
+        verdicts[suite, test_id] = classify(observations, infra=infra, suite_wide=wide, flakes=flakes), infra
     suites = _suites(histories, night, verdicts)
     for (suite, test_id), (verdict, infra) in verdicts.items():
         observations = histories.tests[suite, test_id]
         if verdict.state == "broken" and suite in suites:  # weighed against the suite's flaky tests
             wide = histories.suite_wide.get(suite, set())
-            verdict = classify(observations, infra=infra, suite=suites[suite], suite_wide=wide)
+            flakes = histories.flakes.get((suite, test_id), frozenset())
+            verdict = classify(observations, infra=infra, suite=suites[suite], suite_wide=wide, flakes=flakes)
         if verdict.state == "stable":
             continue
         quarantined = (

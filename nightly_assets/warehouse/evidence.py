@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import delete, insert, null, select
+from sqlalchemy import delete, insert, null, or_, select
 from sqlalchemy.orm import Session
 
 from nightly_assets.results import NightKey, TestReport, node_id_of
@@ -98,6 +98,10 @@ class Histories:
     # (suite, night, signature) -> a few of a cluster's messages, for the resource they name
     messages: dict[tuple[str, dt.date, str], list[str]] = field(default_factory=dict)
     pins: dict[dt.date, dict[str, str]] = field(default_factory=dict)
+    # test failing on the newest night -> the signatures it failed with before the window, over
+    # all the warehouse holds (a failure's message names its cause, which does not age as a rate
+    # does): what `flakiness.classify` knows as its earlier flakes
+    flakes: dict[TestName, frozenset[str]] = field(default_factory=dict)
 
 
 def histories(
@@ -183,10 +187,40 @@ def histories(
                     )
                 )
     found.clusters = _clusters(found, tallies)
+    found.flakes = _flakes(session, pipeline, target, found)
     found.messages = {
         k: v for k, v in found.messages.items() if k[2] in found.clusters.get(k[0], {}).get(k[1], ())
     }
     return found
+
+
+def _flakes(session: Session, pipeline: str, target: str, found: Histories) -> dict[TestName, frozenset[str]]:
+    """Per test failing on the window's newest night, the signatures of its failures (and of the
+    failed attempts of its retried passes) on the nights before the window."""
+    newest, first = found.nights[-1], found.nights[0]
+    failing: dict[str, dict[int, str]] = {}  # suite -> test key -> node id
+    for (suite, test_id), observations in found.tests.items():
+        if observations[-1].night == newest and observations[-1].outcome in FAILED_OUTCOMES:
+            failing.setdefault(suite, {})[found.keys[suite, test_id]] = test_id
+    t = TestCaseTable
+    flakes: dict[TestName, set[str]] = {}
+    for suite, by_key in failing.items():
+        for chunk in batches(iter(sorted(by_key)), 500):
+            rows = session.execute(
+                select(t.test_key, t.message).where(
+                    t.pipeline == pipeline,
+                    t.suite == suite,
+                    t.test_key.in_(chunk),
+                    t.night < first,
+                    t.target == target,
+                    t.message.is_not(None),
+                    or_(t.outcome.in_(tuple(FAILED_OUTCOMES)), t.attempts > 1),
+                )
+            )
+            for key_, message in rows:
+                if key_ is not None and (sig := signature(message)) is not None:
+                    flakes.setdefault((suite, by_key[key_]), set()).add(sig)
+    return {test: frozenset(sigs) for test, sigs in flakes.items()}
 
 
 def _clusters(
