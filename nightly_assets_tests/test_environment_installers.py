@@ -210,3 +210,23 @@ def test_a_build_backend_the_sources_lack_is_named(
         f"building project (wheel) failed, packages from the wheelhouse {wheelhouse} only"
     )
     assert reason in first_line and "hatchling" in first_line
+
+
+def test_the_test_toolchain_stands_when_another_stage_links_it_at_the_same_moment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two stages of a night link the toolchain into one folder at once: a link made by the other
+    between this one's check and its own link is the same link, not an error."""
+    from nightly_assets.builds.toolchain import test_toolchain
+
+    link_to = Path.symlink_to
+
+    def other_stage_first(self: Path, target: Path, target_is_directory: bool = False) -> None:
+        if not self.is_symlink():
+            link_to(self, target, target_is_directory)  # the other stage's link
+        link_to(self, target, target_is_directory)  # this one's: the name is taken now
+
+    monkeypatch.setattr(Path, "symlink_to", other_stage_first)
+    dest = test_toolchain(tmp_path / "toolchain")
+    monkeypatch.undo()
+    assert (dest / "pytest").is_symlink() and (dest / "_pytest").resolve().is_dir()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata as md
 import sys
 from collections.abc import Collection, Iterable
@@ -24,7 +25,9 @@ def test_toolchain(dest: Path, roots: tuple[str, ...] = TEST_TOOLS) -> Path:
         for top in _top_level_entries(dist):
             link = dest / top
             if not link.exists() and not link.is_symlink():
-                link.symlink_to(Path(str(dist.locate_file(top))))
+                # another stage of the night may have linked it a moment before: the same link
+                with contextlib.suppress(FileExistsError):
+                    link.symlink_to(Path(str(dist.locate_file(top))))
     return dest
 
 
