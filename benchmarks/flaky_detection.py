@@ -498,7 +498,7 @@ def _replay(tests: list[SimTest], observer: _Observer, stream: str, clusters: bo
     suite's failures tonight are judged alike with the others of their kind (`flakiness.Suite`).
     A test's latest flaky rate is kept from the last night it was judged (it is judged on the
     nights it fails or passes on a re-run), for a window."""
-    found, broken_before = Stream(), set[int]()
+    found, broken_before, memory = Stream(), set[int](), _Flakes()
     flaky: dict[str, dict[int, tuple[float, int]]] = {suite: {} for suite in SUITES}  # test -> (rate, night)
     start = time.perf_counter()
     for night in range(NIGHTS):
@@ -523,7 +523,7 @@ def _replay(tests: list[SimTest], observer: _Observer, stream: str, clusters: bo
             window = seen[max(0, night - WINDOW + 1 - test.first) : night - test.first + 1]
             mine = frozenset(infra_for(window, infra[test.suite], outage.get(test.suite, {})))
             flakes = (
-                _flakes(seen[: max(0, night - WINDOW + 1 - test.first)])
+                memory.before(test.index, seen, max(0, night - WINDOW + 1 - test.first))
                 if tonight.outcome != "passed"
                 else frozenset()
             )
@@ -566,9 +566,20 @@ def _replay(tests: list[SimTest], observer: _Observer, stream: str, clusters: bo
     return found
 
 
-def _flakes(before: list[Observation]) -> frozenset[str]:
-    """The signatures a test failed with before its window (`warehouse.evidence.Histories.flakes`)."""
-    return frozenset(sig for obs in before if (sig := failed_with(obs)) is not None)
+class _Flakes:
+    """Per test, the signatures it failed with before its window (`warehouse.evidence.Histories.flakes`),
+    folded in as the window moves on (the prefix only grows): each observation read once."""
+
+    def __init__(self) -> None:
+        self.read: dict[int, tuple[int, frozenset[str]]] = {}  # test -> (observations read, signatures)
+
+    def before(self, test: int, seen: list[Observation], upto: int) -> frozenset[str]:
+        read, sigs = self.read.get(test, (0, frozenset()))
+        if upto > read:
+            new = {sig for obs in seen[read:upto] if (sig := failed_with(obs)) is not None}
+            sigs = sigs | new if new - sigs else sigs
+            self.read[test] = (upto, sigs)
+        return sigs
 
 
 def _ratio(part: int, whole: int) -> float:

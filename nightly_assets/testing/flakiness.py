@@ -447,19 +447,10 @@ def _novel(nights: Sequence[_Night], start: int, flakes: AbstractSet[str] = froz
     streak = [n.signature for n in nights[start:]]
     if not known or any(sig is None or sig in seen or sig in flakes or is_generic(sig) for sig in streak):
         return 1.0
-    new = sum(sig not in seen_before for sig, seen_before in _firsts(known))
-    chance = 1.0
+    chance = 1.0  # each distinct signature was new once: d is how many there are
     for j in range(len(streak)):
-        chance *= (new + j) / (len(known) + 1 + j)
+        chance *= (len(seen) + j) / (len(known) + 1 + j)
     return chance
-
-
-def _firsts(signatures: Sequence[str]) -> Iterator[tuple[str, set[str]]]:
-    """Each signature with the set of those before it."""
-    before: set[str] = set()
-    for sig in signatures:
-        yield sig, set(before)
-        before.add(sig)
 
 
 def _suite_wide_from(nights: Sequence[_Night], start: int, suite_wide: AbstractSet[dt.date]) -> int | None:
