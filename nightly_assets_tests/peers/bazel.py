@@ -23,7 +23,11 @@ import pytest
 from nightly_assets.rbe import BazelError, BazelRbeResource
 
 WORKSPACE_SOURCE = Path(__file__).resolve().parent.parent / "data" / "bazel_workspace"
-JVM_ARGS = ["-Xmx1g"]  # this machine is small; the server needs far less for these workspaces
+# This machine is small and the tests' builds are short: 1 GB is plenty for these workspaces, and a
+# server that lives a minute spends more CPU compiling itself with C2 than it gains (client JIT
+# only, one GC thread: test_rbe.py took 63 CPU-s instead of 101, on a 2-core machine where the
+# suite is CPU-bound). A nightly build of JAX or TF lives for hours: not the product's default.
+JVM_ARGS = ["-Xmx1g", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"]
 MAX_IDLE_SECS = 300  # a server a crashed session leaves behind goes away by itself
 
 _NOOP_SCRIPT = "#!/bin/sh\nexit 0\n"
