@@ -100,6 +100,7 @@ def resources_for(env: Env, home: Path) -> dict[str, Any]:
                 {"output_user_root": str(home / "bazel"), "max_idle_secs": DEFAULT_MAX_IDLE_SECS},
                 output_user_root="NIGHTLY_BAZEL_OUTPUT_ROOT",
                 max_idle_secs="NIGHTLY_BAZEL_MAX_IDLE_SECS",
+                host_jvm_options="NIGHTLY_BAZEL_JVM_ARGS",
             ),
             remote=RemoteSettings(
                 **env_settings(

@@ -22,7 +22,7 @@ from nightly_assets.results import NightKey
 from nightly_assets_tests.catalog_files import read_pipeline
 from nightly_assets_tests.catalog_nights import CatalogNights
 from nightly_assets_tests.git_repo import commit_folder
-from nightly_assets_tests.peers.bazel import BazelPeer
+from nightly_assets_tests.peers.bazel import JVM_ARGS, BazelPeer
 from nightly_assets_tests.peers.buildgrid import BuildGrid
 
 pytestmark = [pytest.mark.bazel]
@@ -121,6 +121,7 @@ def night(
 ) -> Iterator[Night]:
     """Runs one night of a pipeline text; every checkout's Bazel server is expunged at the end."""
     monkeypatch.setenv("NIGHTLY_BAZEL_OUTPUT_ROOT", str(bazel_peer.output_user_root))
+    monkeypatch.setenv("NIGHTLY_BAZEL_JVM_ARGS", " ".join(JVM_ARGS))  # as the peer's own servers
 
     def run(text: str, date: str) -> tuple[NightKey, dict]:
         key, stages, _ = catalog_nights.run(text, date)

@@ -10,6 +10,7 @@ definitions load and their resources resolve.
 
 import datetime as dt
 import re
+from pathlib import Path
 
 import dagster as dg
 import pytest
@@ -211,6 +212,7 @@ SETTINGS = {
     "NIGHTLY_REGISTRY_ACR_AUTH": "ecr",
     "NIGHTLY_BASE_IMAGE_ARM64": "arm64-base/python:probe",
     "NIGHTLY_BAZEL_MAX_IDLE_SECS": "4321",
+    "NIGHTLY_BAZEL_JVM_ARGS": "-Xmx2g -XX:TieredStopAtLevel=1",
     "NIGHTLY_WAREHOUSE_RETRY_S": "12.5",
 }
 
@@ -246,6 +248,7 @@ def _read_settings(resources: dict) -> dict:
             },
             arm64_base=docker_pool.base_image_for("arm64"),
             max_idle_secs=bazel_rbe.max_idle_secs,
+            jvm=[a for a in bazel_rbe._startup(Path("rc")) if a.startswith("--host_jvm_args")],
             retry_s=float(warehouse.retry_s),
         )
 
@@ -277,6 +280,7 @@ def test_a_set_variable_reaches_its_resource_by_name_and_the_run_reads_its_value
         "roles": {"acr": ("https://acr.example:5443", "ecr")},
         "arm64_base": "arm64-base/python:probe",
         "max_idle_secs": 4321,
+        "jvm": ["--host_jvm_args=-Xmx2g", "--host_jvm_args=-XX:TieredStopAtLevel=1"],
         "retry_s": 12.5,
     }
 
@@ -299,6 +303,7 @@ def test_an_unset_or_empty_variable_keeps_the_resource_default(tmp_path):
         "roles": {},
         "arm64_base": DEFAULT_BASE_IMAGE,
         "max_idle_secs": 900,
+        "jvm": [],
         "retry_s": 60.0,
     }
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import re
+import shlex
 import shutil
 import time
 from collections.abc import Sequence
@@ -92,6 +93,9 @@ class BazelRbeResource(dg.ConfigurableResource):
     bazel: str = Field(default="bazel", description="the Bazel client binary")
     output_user_root: str | None = Field(default=None, description="--output_user_root (a cache folder)")
     host_jvm_args: list[str] = Field(default_factory=list, description="e.g. ['-Xmx1g'] on small machines")
+    host_jvm_options: str = Field(
+        default="", description="more --host_jvm_args, space-separated (a setting: NIGHTLY_BAZEL_JVM_ARGS)"
+    )
     max_idle_secs: Annotated[int | None, FromEnv] = Field(
         default=None, ge=0, description="Bazel server idle shutdown"
     )
@@ -244,7 +248,8 @@ class BazelRbeResource(dg.ConfigurableResource):
                     f"output_key {output_key!r}: expected letters, digits, '.', '_', '-'"
                 )
             startup.append(f"--output_base={self._cache_root() / 'bases' / output_key}")
-        startup += [f"--host_jvm_args={arg}" for arg in self.host_jvm_args]
+        jvm_args = [*self.host_jvm_args, *shlex.split(self.host_jvm_options)]
+        startup += [f"--host_jvm_args={arg}" for arg in jvm_args]
         if self.max_idle_secs is not None:
             startup.append(f"--max_idle_secs={self.max_idle_secs}")
         return startup
