@@ -4,6 +4,7 @@ how the NIGHTLY_* variables reach the resources: as `dg.EnvVar`s, read by each r
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -98,6 +99,18 @@ def _seconds(positive: bool) -> AfterValidator:
         return text
 
     return AfterValidator(check)
+
+
+def _shell_words(text: str) -> str:
+    try:
+        shlex.split(text)
+    except ValueError as error:  # an unclosed quote or a trailing backslash
+        raise ValueError(f"{text!r}: expected options separated by spaces ({error})") from None
+    return text
+
+
+# Options a variable may set as one string, split as a shell would (quotes keep a space in one).
+ShellWords = Annotated[str, AfterValidator(_shell_words), FromEnv]
 
 
 # Durations a variable may set. Dagster reads `{env: NAME}` into str, int and bool fields but not

@@ -323,6 +323,12 @@ def test_an_unset_or_empty_variable_keeps_the_resource_default(tmp_path):
             r"poll_interval_s\n  Value error, 'soon': expected a number",
         ),
         (
+            {"NIGHTLY_BAZEL_JVM_ARGS": "-Xmx1g '-Dname=two words"},
+            "bazel_rbe",
+            r"host_jvm_options\n  Value error, .*: expected options separated by spaces"
+            r" \(No closing quotation\)",
+        ),
+        (
             {"NIGHTLY_TPU_SSH_PORT": "ssh"},
             "tpu_vms",
             r'env variable "NIGHTLY_TPU_SSH_PORT" cannot be coerced',

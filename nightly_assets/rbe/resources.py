@@ -33,7 +33,7 @@ from nightly_assets.rbe.runs import (
     Mode,
 )
 from nightly_assets.results import TestReport
-from nightly_assets.settings import FromEnv
+from nightly_assets.settings import FromEnv, ShellWords
 from nightly_assets.testing.junit import parse_bazel_testlogs
 
 WORKSPACE_FILES = ("WORKSPACE", "WORKSPACE.bazel", "MODULE.bazel")
@@ -93,7 +93,7 @@ class BazelRbeResource(dg.ConfigurableResource):
     bazel: str = Field(default="bazel", description="the Bazel client binary")
     output_user_root: str | None = Field(default=None, description="--output_user_root (a cache folder)")
     host_jvm_args: list[str] = Field(default_factory=list, description="e.g. ['-Xmx1g'] on small machines")
-    host_jvm_options: str = Field(
+    host_jvm_options: ShellWords = Field(
         default="", description="more --host_jvm_args, space-separated (a setting: NIGHTLY_BAZEL_JVM_ARGS)"
     )
     max_idle_secs: Annotated[int | None, FromEnv] = Field(
